@@ -1,0 +1,1 @@
+"""The pushjobs node agent (``pushjobs-agent``)."""

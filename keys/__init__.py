@@ -1,0 +1,1 @@
+"""Identity keys, key files and the key registry."""

@@ -1,0 +1,1 @@
+"""The ``pushjobs`` command line: a thin client that builds a request, calls, renders."""

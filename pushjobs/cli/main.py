@@ -1,0 +1,37 @@
+"""Entry point of the ``pushjobs`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from pushjobs import __version__
+from pushjobs.cli import key, log
+
+app = typer.Typer(
+    name="pushjobs",
+    help="Push jobs to a fleet and track every node to the end.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(key.app, name="key")
+app.add_typer(log.app, name="log")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pushjobs {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+    ),
+) -> None:
+    """Push jobs to a fleet and track every node to the end."""
+
+
+def main() -> None:
+    app()

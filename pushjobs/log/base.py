@@ -1,0 +1,135 @@
+"""The ordered log: the one interface every backend implements (DESIGN section 7).
+
+Theory of operation. A topic is a single partition: records get gap-free offsets 0, 1,
+2... in append order. ``append`` returns only once the record is durable. Compacted topics
+keep the latest value per key when compacted (a ``None`` value is a tombstone that removes
+the key); readers of a compacted topic must fold anyway, because compaction is lazy, so
+``latest`` folds. Retention drops the oldest records of a topic by age or size; offsets of
+the survivors never change.
+
+Consumer groups store a committed offset per topic: the offset of the next record to
+consume. On a single-partition topic a group has at most one owner: ``member()`` joins,
+and each ``poll()`` both heartbeats and answers whether this member owns the topic and
+under which fencing epoch. A member that stops polling loses ownership after its session
+timeout; each change of owner raises the epoch. A write made with ``fence=Fence(group,
+epoch)`` is refused with ``FencedError`` unless ``epoch`` is still the group's current
+epoch, so a deposed leader that wakes up late cannot overwrite its successor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    offset: int
+    key: str
+    value: bytes | None
+    timestamp_ms: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicy:
+    """How a topic is cleaned up: compaction and time/size retention (None: keep forever)."""
+
+    compacted: bool = False
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    policy: TopicPolicy
+    start_offset: int
+    end_offset: int
+    records: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Proof of ownership carried by a leader's writes."""
+
+    group: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionStats:
+    topic: str
+    records_before: int
+    records_after: int
+    seconds: float
+
+
+class GroupMember(Protocol):
+    """One member of a consumer group on a single-partition topic."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    def poll(self) -> int | None:
+        """Heartbeat; return the fencing epoch if this member owns the topic, else None."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group at once, handing ownership to the next member."""
+        ...
+
+
+class OrderedLog(Protocol):
+    def create_topic(self, topic: str, policy: TopicPolicy) -> None:
+        """Create the topic if it does not exist; an existing topic keeps its policy."""
+        ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def append(self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None) -> int:
+        """Append one record; return its offset once durable."""
+        ...
+
+    def append_batch(
+        self,
+        topic: str,
+        records: Sequence[tuple[str, bytes | None]],
+        *,
+        fence: Fence | None = None,
+    ) -> list[int]:
+        """Append many records with one durable write; return their offsets in order."""
+        ...
+
+    def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
+        """Records with offset >= from_offset in order, at most ``limit`` of them."""
+        ...
+
+    def latest(self, topic: str) -> dict[str, Record]:
+        """The latest record per key, tombstoned keys removed."""
+        ...
+
+    def end_offset(self, topic: str) -> int:
+        """The offset the next appended record will get."""
+        ...
+
+    def committed(self, group: str, topic: str) -> int | None:
+        """The group's committed offset (next record to consume), or None if never committed."""
+        ...
+
+    def commit(self, group: str, topic: str, offset: int) -> None: ...
+
+    def member(
+        self, group: str, topic: str, member_id: str, *, session_timeout_s: float
+    ) -> GroupMember: ...
+
+    def compact(self, topics: Iterable[str] | None = None) -> list[CompactionStats]:
+        """Apply compaction and retention now to the given topics (default: all)."""
+        ...
+
+    def close(self) -> None: ...

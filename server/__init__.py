@@ -1,0 +1,1 @@
+"""The pushjobs server daemon (``pushjobs-server``)."""

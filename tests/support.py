@@ -1,0 +1,28 @@
+"""Helpers shared by tests: waiting on conditions (never sleeping blindly), free ports."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0, step_s: float = 0.01) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test at ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s: {predicate!r}")
+        time.sleep(step_s)  # noqa: polling a real process's condition, bounded by the deadline
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
