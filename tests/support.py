@@ -19,7 +19,8 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0, step_s: floa
             return result
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout_s} s: {predicate!r}")
-        time.sleep(step_s)  # noqa: polling a real process's condition, bounded by the deadline
+        # The one sanctioned poll: a real process's condition, bounded by the deadline.
+        time.sleep(step_s)  # noqa
 
 
 def free_port() -> int:

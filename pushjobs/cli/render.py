@@ -26,7 +26,9 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     cells = [[col.upper() for col in columns]]
     cells += [["" if row.get(c) is None else str(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    ]
     return "\n".join(lines)
 
 

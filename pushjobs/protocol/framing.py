@@ -1,0 +1,129 @@
+"""Framing: a message on the wire is exactly three frames, header / body / signature.
+
+    header     ASCII ``PJ1 <method> <key id>``, at most ``max_header_bytes``
+    body       one JSON object (``codec.py``), at most ``max_body_bytes``
+    signature  over ``header + b"\\n" + body`` (``signing.py``)
+
+``open_frames`` checks, in this order and before any parsing, the frame count and the size
+of each frame; then parses the header, resolves the verifier for its method and key id,
+checks the signature length and the signature, and only then decodes the body. Last, it
+checks that the key's owner, if the key has one, is the message's sender. Every failure is
+a ``ProtocolError`` the receiver drops and counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from pushjobs.errors import FrameError, OversizedFrame, SignatureError
+from pushjobs.protocol.codec import decode, encode
+from pushjobs.protocol.messages import Message
+from pushjobs.protocol.signing import METHODS, SIGNATURE_BYTES, Signer, Verifier
+
+VERSION: Final = "PJ1"
+FRAME_COUNT: Final = 3
+MAX_KEY_ID_CHARS: Final = 128
+_KEY_ID_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@:+/=-"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_header_bytes: int = 2048
+    max_body_bytes: int = 65536
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+class KeyResolver(Protocol):
+    def __call__(self, method: str, key_id: str) -> Verifier:
+        """The verifier for that key; raise UnknownKey when there is none."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A verified, decoded message and the key that signed it."""
+
+    message: Message
+    method: str
+    key_id: str
+
+
+def header_for(signer: Signer) -> bytes:
+    key_id = signer.key_id
+    if not 0 < len(key_id) <= MAX_KEY_ID_CHARS or not _KEY_ID_CHARS.issuperset(key_id):
+        raise FrameError(f"invalid key id {key_id!r}")
+    return f"{VERSION} {signer.method} {key_id}".encode("ascii")
+
+
+def seal(message: Message, signer: Signer, limits: Limits = DEFAULT_LIMITS) -> list[bytes]:
+    """Encode, frame and sign ``message``; refuse to send what a receiver would drop."""
+    header = header_for(signer)
+    body = encode(message)
+    if len(body) > limits.max_body_bytes:
+        raise OversizedFrame(f"body of {len(body)} bytes exceeds {limits.max_body_bytes}")
+    return [header, body, signer.sign(header + b"\n" + body)]
+
+
+# Valid headers repeat (one per key), so their parse is cached; bounded so garbage cannot
+# grow it, and only valid headers enter it.
+_HEADER_CACHE: dict[bytes, tuple[str, str]] = {}
+_HEADER_CACHE_MAX = 65536
+
+
+def parse_header(header: bytes) -> tuple[str, str]:
+    """(method, key id) of a header frame, or FrameError."""
+    cached = _HEADER_CACHE.get(header)
+    if cached is not None:
+        return cached
+    parsed = _parse_header(header)
+    if len(_HEADER_CACHE) >= _HEADER_CACHE_MAX:
+        _HEADER_CACHE.clear()
+    _HEADER_CACHE[header] = parsed
+    return parsed
+
+
+def _parse_header(header: bytes) -> tuple[str, str]:
+    try:
+        text = header.decode("ascii")
+    except UnicodeDecodeError:
+        raise FrameError("header is not ASCII") from None
+    parts = text.split(" ")
+    if len(parts) != 3:
+        raise FrameError("header must be 'VERSION METHOD KEYID'")
+    version, method, key_id = parts
+    if version != VERSION:
+        raise FrameError(f"unsupported protocol version {version[:16]!r}")
+    if method not in METHODS:
+        raise FrameError(f"unknown signing method {method[:32]!r}")
+    if not 0 < len(key_id) <= MAX_KEY_ID_CHARS or not _KEY_ID_CHARS.issuperset(key_id):
+        raise FrameError("invalid key id in header")
+    return method, key_id
+
+
+def open_frames(
+    frames: Sequence[bytes], resolve: KeyResolver, limits: Limits = DEFAULT_LIMITS
+) -> Opened:
+    if len(frames) != FRAME_COUNT:
+        raise FrameError(f"expected {FRAME_COUNT} frames, got {len(frames)}")
+    header, body, signature = frames
+    if len(header) > limits.max_header_bytes:
+        raise OversizedFrame(f"header of {len(header)} bytes exceeds {limits.max_header_bytes}")
+    if len(body) > limits.max_body_bytes:
+        raise OversizedFrame(f"body of {len(body)} bytes exceeds {limits.max_body_bytes}")
+    method, key_id = parse_header(header)
+    if len(signature) != SIGNATURE_BYTES[method]:
+        raise SignatureError(f"{method} signature must be {SIGNATURE_BYTES[method]} bytes")
+    verifier = resolve(method, key_id)
+    if verifier.method != method:
+        raise SignatureError(f"key {key_id} is not a {method} key")
+    verifier.verify(header + b"\n" + body, signature)
+    message = decode(body)
+    if verifier.owner is not None and message.sender != verifier.owner:
+        raise SignatureError(f"key {key_id} does not belong to sender {message.sender[:64]!r}")
+    return Opened(message, method, key_id)

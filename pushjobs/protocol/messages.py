@@ -1,0 +1,278 @@
+"""Every message of DESIGN section 3, as frozen, slotted dataclasses.
+
+Each message carries the envelope of DESIGN section 4 (``sender``, ``incarnation``,
+``sequence``, ``timestamp`` in ms since the epoch) and a ``type`` tag that the codec
+writes on the wire. Field types are the schema: the codec (``codec.py``) compiles its
+validators from these annotations, so a field added here is validated and encoded with
+no other change. Collections are tuples so that messages stay immutable.
+
+Who sends what:
+
+    server -> all      ServerHeartbeat (PUB)
+    node   -> server   NodeHeartbeat, job replies: AckCommit NackCommit AckRun NackRun
+                       Started Progress Succeeded Failed Aborted (PUSH)
+    server -> node     Commit Run Abort Ping (PUSH to the node's command endpoint)
+    node   -> server   ConfigRequest / ConfigReply (API DEALER/ROUTER)
+    cli    -> server   ApiRequest / ApiReply (API DEALER/ROUTER)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+# Type aliases the codec understands: any JSON value, and a JSON object.
+Json = Any
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """The envelope every message carries."""
+
+    TYPE: ClassVar[str] = ""
+    sender: str
+    incarnation: str
+    sequence: int
+    timestamp: int
+
+
+# --- server heartbeat ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerHeartbeat(Message):
+    TYPE: ClassVar[str] = "server_heartbeat"
+    leader: bool
+
+
+# --- node -> server ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeHeartbeat(Message):
+    TYPE: ClassVar[str] = "node_heartbeat"
+    command_endpoint: str
+    job_id: str | None = None
+    job_state: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckCommit(Message):
+    TYPE: ClassVar[str] = "ack_commit"
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NackCommit(Message):
+    TYPE: ClassVar[str] = "nack_commit"
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckRun(Message):
+    TYPE: ClassVar[str] = "ack_run"
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NackRun(Message):
+    TYPE: ClassVar[str] = "nack_run"
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started(Message):
+    TYPE: ClassVar[str] = "started"
+    job_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress(Message):
+    TYPE: ClassVar[str] = "progress"
+    job_id: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutput:
+    """Captured output, each channel truncated to the configured size keeping the tail."""
+
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Succeeded(Message):
+    TYPE: ClassVar[str] = "succeeded"
+    job_id: str
+    exit_status: int
+    duration_ms: int
+    output: JobOutput | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed(Message):
+    TYPE: ClassVar[str] = "failed"
+    job_id: str
+    exit_status: int | None
+    reason: str
+    duration_ms: int
+    output: JobOutput | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Aborted(Message):
+    TYPE: ClassVar[str] = "aborted"
+    job_id: str
+    reason: str
+    duration_ms: int
+    output: JobOutput | None = None
+
+
+# --- server -> node (each names its target node: endpoints may be shared) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class FilePayload:
+    """A file written on the node before the command runs; content is base64."""
+
+    path: str
+    content_b64: str
+    mode: int = 0o600
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    timeout_s: float = 3600.0
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    user: str | None = None
+    capture: bool = False
+    file: FilePayload | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit(Message):
+    TYPE: ClassVar[str] = "commit"
+    node: str
+    job_id: str
+    command: str
+    options: RunOptions = field(default_factory=RunOptions)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run(Message):
+    TYPE: ClassVar[str] = "run"
+    node: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abort(Message):
+    TYPE: ClassVar[str] = "abort"
+    node: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping(Message):
+    TYPE: ClassVar[str] = "ping"
+    node: str
+
+
+# --- config discovery (node <-> server over the CurveZMQ API channel) --------------------
+
+KeyStatus = Literal["accepted", "pending", "rejected", "denied"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRequest(Message):
+    TYPE: ClassVar[str] = "config_request"
+    command_endpoint: str
+    ed25519_public: str
+    curve_public: str
+    facts: dict[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """What an accepted node needs to talk to the server; secret, so only over CurveZMQ."""
+
+    server_id: str
+    server_incarnation: str
+    heartbeat_endpoint: str
+    reply_endpoint: str
+    server_ed25519_public: str
+    server_curve_public: str
+    interval_s: float
+    offline_threshold: int
+    online_threshold: int
+    max_skew_s: float
+    max_body_bytes: int
+    session_key_id: str
+    session_key_b64: str
+    lifetime_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigReply(Message):
+    TYPE: ClassVar[str] = "config_reply"
+    status: KeyStatus
+    message: str
+    config: NodeConfig | None = None
+
+
+# --- API envelopes (CLI <-> server) ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiRequest(Message):
+    TYPE: ClassVar[str] = "api_request"
+    request_id: str
+    method: str
+    params: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiReply(Message):
+    TYPE: ClassVar[str] = "api_reply"
+    request_id: str
+    ok: bool
+    result: Json = None
+    error: ErrorBody | None = None
+
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    ServerHeartbeat,
+    NodeHeartbeat,
+    AckCommit,
+    NackCommit,
+    AckRun,
+    NackRun,
+    Started,
+    Progress,
+    Succeeded,
+    Failed,
+    Aborted,
+    Commit,
+    Run,
+    Abort,
+    Ping,
+    ConfigRequest,
+    ConfigReply,
+    ApiRequest,
+    ApiReply,
+)
