@@ -44,7 +44,7 @@ hb = messages.NodeHeartbeat(sender="n", incarnation="i", sequence=1, timestamp=5
 key = os.urandom(32)
 frames = framing.seal(hb, signing.HmacSigner("k", key))
 opened = framing.open_frames(frames, lambda m, k: signing.HmacVerifier(key, owner="n"))
-assert opened.message == hb
+assert opened == hb
 replay.ReplayWindow(30).check("n", "i", 1, 5, 5)
 t = liveness.LivenessTracker(1.0, 3, 1)
 assert t.heartbeat("n", 0.0) is not None

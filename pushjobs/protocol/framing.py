@@ -45,15 +45,6 @@ class KeyResolver(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
-    """A verified, decoded message and the key that signed it."""
-
-    message: Message
-    method: str
-    key_id: str
-
-
 def header_for(signer: Signer) -> bytes:
     key_id = signer.key_id
     if not 0 < len(key_id) <= MAX_KEY_ID_CHARS or not _KEY_ID_CHARS.issuperset(key_id):
@@ -108,7 +99,8 @@ def _parse_header(header: bytes) -> tuple[str, str]:
 
 def open_frames(
     frames: Sequence[bytes], resolve: KeyResolver, limits: Limits = DEFAULT_LIMITS
-) -> Opened:
+) -> Message:
+    """The verified, decoded message; its sender is the key's owner when the key has one."""
     if len(frames) != FRAME_COUNT:
         raise FrameError(f"expected {FRAME_COUNT} frames, got {len(frames)}")
     header, body, signature = frames
@@ -126,4 +118,4 @@ def open_frames(
     message = decode(body)
     if verifier.owner is not None and message.sender != verifier.owner:
         raise SignatureError(f"key {key_id} does not belong to sender {message.sender[:64]!r}")
-    return Opened(message, method, key_id)
+    return message

@@ -49,9 +49,7 @@ def test_seal_and_open(signer):
     frames = framing.seal(HEARTBEAT, signer)
     assert len(frames) == 3
     assert frames[0] == f"PJ1 {signer.method} {signer.key_id}".encode()
-    opened = framing.open_frames(frames, keyring())
-    assert opened.message == HEARTBEAT
-    assert (opened.method, opened.key_id) == (signer.method, signer.key_id)
+    assert framing.open_frames(frames, keyring()) == HEARTBEAT
 
 
 def _flip(data: bytes, index: int) -> bytes:
