@@ -14,20 +14,16 @@ import argparse
 import hashlib
 import hmac
 import os
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from machine import describe  # bench/ is sys.path[0] when run as a script
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.machine import describe  # noqa: E402
-from pushjobs.protocol import framing, signing  # noqa: E402
-from pushjobs.protocol import messages as m  # noqa: E402
-from pushjobs.protocol.codec import encode  # noqa: E402
+from pushjobs.protocol import framing, signing
+from pushjobs.protocol import messages as m
+from pushjobs.protocol.codec import encode
 
 
 def _batch_size(func: Callable[[], object]) -> int:
@@ -171,7 +167,8 @@ def main() -> None:
 
     print()
     print(
-        f"{'case':<27} {'path':<18} {'raw baseline':<12} {'ours msg/s':>11} {'raw msg/s':>11} {'ours/raw':>9}"
+        f"{'case':<27} {'path':<18} {'raw baseline':<12} "
+        f"{'ours msg/s':>11} {'raw msg/s':>11} {'ours/raw':>9}"
     )
     for name, path, raw_name, ours, raw in rows:
         ratio = raw / ours  # time per message, ours over raw
@@ -183,7 +180,8 @@ def main() -> None:
     )
     verdict = "meets" if worst <= 2.0 else "MISSES"
     print(
-        f"\nheartbeat verify+decode vs the faster raw baseline: {worst:.2f}x ({verdict} the 2x goal)"
+        f"\nheartbeat verify+decode vs the faster raw baseline: {worst:.2f}x "
+        f"({verdict} the 2x goal)"
     )
 
 
