@@ -1,0 +1,519 @@
+"""The job state machine: one job over its target nodes (DESIGN section 6). Pure.
+
+Theory of operation. A job starts ``new``. ``start`` marks the nodes that are offline
+``unavailable`` and asks every other node to commit: the job is ``voting``. Each node
+acks (``ready``) or nacks (``nacked``). Voting ends when no node is left to vote or the
+vote deadline passes (``tick``); nodes that never voted become ``unavailable``. Then if at
+least ``quorum`` nodes are ready, the ready nodes are told to run and the job is
+``running``; otherwise the job is ``quorum_failed``, its ready nodes become
+``was_ready`` and are told to abort. A running node ends ``succeeded``, ``failed``,
+``aborted`` (it said so), ``crashed`` (it went offline or restarted) or ``timed_out``. The
+job ends ``complete`` when every node is terminal, ``timed_out`` at the run deadline
+(unfinished nodes ``timed_out`` and told to abort), or ``aborted`` on request (unfinished
+nodes ``aborted`` and told to abort). ``complete`` says the job ended, not that it
+succeeded: the summary counts nodes per state.
+
+Both levels are transition tables. An event that the table does not allow raises
+``StateError`` and changes nothing: the caller decides whether that is a late reply to
+drop (a result after a timeout) or a bug. Every change is returned as an ``Effect``:
+``NodeChanged`` / ``JobChanged`` to persist, ``Send`` for commands to deliver, in that
+order, so the daemon can write the log before it sends (DESIGN section 7).
+
+Time is wall milliseconds (``now_ms``), because deadlines are persisted in snapshots and
+must survive a server restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pushjobs.errors import StateError
+
+
+class JobState(StrEnum):
+    NEW = "new"
+    VOTING = "voting"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    QUORUM_FAILED = "quorum_failed"
+    TIMED_OUT = "timed_out"
+    ABORTED = "aborted"
+    CRASHED = "crashed"
+
+
+class NodeState(StrEnum):
+    NEW = "new"
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    NACKED = "nacked"
+    UNAVAILABLE = "unavailable"
+    WAS_READY = "was_ready"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    ABORTED = "aborted"
+
+
+class NodeEvent(StrEnum):
+    OFFLINE_AT_START = "offline_at_start"
+    ACK_COMMIT = "ack_commit"
+    NACK_COMMIT = "nack_commit"
+    NO_VOTE = "no_vote"
+    QUORUM_LOST = "quorum_lost"
+    ACK_RUN = "ack_run"
+    NACK_RUN = "nack_run"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    LOST = "lost"
+    TIMEOUT = "timeout"
+    ABORT = "abort"
+
+
+class JobEvent(StrEnum):
+    START = "start"
+    QUORUM_MET = "quorum_met"
+    QUORUM_MISSED = "quorum_missed"
+    ALL_DONE = "all_done"
+    TIMEOUT = "timeout"
+    ABORT = "abort"
+    CRASH = "crash"
+
+
+N, J = NodeState, JobState
+
+NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
+    (N.NEW, NodeEvent.OFFLINE_AT_START): N.UNAVAILABLE,
+    (N.NEW, NodeEvent.ACK_COMMIT): N.READY,
+    (N.NEW, NodeEvent.NACK_COMMIT): N.NACKED,
+    (N.NEW, NodeEvent.NO_VOTE): N.UNAVAILABLE,
+    (N.NEW, NodeEvent.LOST): N.CRASHED,
+    (N.NEW, NodeEvent.ABORT): N.ABORTED,
+    (N.READY, NodeEvent.QUORUM_LOST): N.WAS_READY,
+    (N.READY, NodeEvent.ACK_RUN): N.RUNNING,
+    (N.READY, NodeEvent.NACK_RUN): N.NACKED,
+    # A result may overtake a lost ack_run: the node did run.
+    (N.READY, NodeEvent.SUCCEEDED): N.SUCCEEDED,
+    (N.READY, NodeEvent.FAILED): N.FAILED,
+    (N.READY, NodeEvent.ABORTED): N.ABORTED,
+    (N.READY, NodeEvent.LOST): N.CRASHED,
+    (N.READY, NodeEvent.TIMEOUT): N.TIMED_OUT,
+    (N.READY, NodeEvent.ABORT): N.ABORTED,
+    (N.RUNNING, NodeEvent.SUCCEEDED): N.SUCCEEDED,
+    (N.RUNNING, NodeEvent.FAILED): N.FAILED,
+    (N.RUNNING, NodeEvent.ABORTED): N.ABORTED,
+    (N.RUNNING, NodeEvent.LOST): N.CRASHED,
+    (N.RUNNING, NodeEvent.TIMEOUT): N.TIMED_OUT,
+    (N.RUNNING, NodeEvent.ABORT): N.ABORTED,
+}
+
+JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
+    (J.NEW, JobEvent.START): J.VOTING,
+    (J.NEW, JobEvent.ABORT): J.ABORTED,
+    (J.VOTING, JobEvent.QUORUM_MET): J.RUNNING,
+    (J.VOTING, JobEvent.QUORUM_MISSED): J.QUORUM_FAILED,
+    (J.VOTING, JobEvent.ABORT): J.ABORTED,
+    (J.VOTING, JobEvent.CRASH): J.CRASHED,
+    (J.RUNNING, JobEvent.ALL_DONE): J.COMPLETE,
+    (J.RUNNING, JobEvent.TIMEOUT): J.TIMED_OUT,
+    (J.RUNNING, JobEvent.ABORT): J.ABORTED,
+    (J.RUNNING, JobEvent.CRASH): J.CRASHED,
+}
+
+TERMINAL_NODE_STATES = frozenset(NodeState) - {N.NEW, N.READY, N.RUNNING}
+TERMINAL_JOB_STATES = frozenset(JobState) - {J.NEW, J.VOTING, J.RUNNING}
+
+
+@dataclass(frozen=True, slots=True)
+class Quorum:
+    """How many targeted nodes must be ready to run: a count, or a percent of the targets."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Quorum:
+        """'3' or '75%'; ValueError with a readable message otherwise."""
+        text = text.strip()
+        try:
+            if text.endswith("%"):
+                percent = float(text[:-1])
+                if not 0 <= percent <= 100:
+                    raise ValueError
+                return cls(percent=percent)
+            count = int(text)
+            if count < 0:
+                raise ValueError
+            return cls(count=count)
+        except ValueError:
+            problem = f"quorum must be a count (3) or a percent (75%), not {text!r}"
+            raise ValueError(problem) from None
+
+    def required(self, targets: int) -> int:
+        if self.count is not None:
+            return min(self.count, targets)
+        percent = 100.0 if self.percent is None else self.percent
+        return math.ceil(targets * percent / 100 - 1e-9)
+
+    def __str__(self) -> str:
+        return str(self.count) if self.count is not None else f"{self.percent or 100:g}%"
+
+
+# --- effects ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanged:
+    job_id: str
+    prev: JobState
+    state: JobState
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanged:
+    job_id: str
+    node: str
+    prev: NodeState
+    state: NodeState
+    at_ms: int
+    exit_status: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A command for the daemon to deliver after it persisted the changes before it."""
+
+    kind: str  # "commit", "run" or "abort"
+    job_id: str
+    node: str
+
+
+Effect = JobChanged | NodeChanged | Send
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    state: NodeState = NodeState.NEW
+    exit_status: int | None = None
+    reason: str = ""
+    changed_ms: int = 0
+    voted_ms: int | None = None  # commit ack/nack: dispatch-to-ack latency
+    finished_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Job:
+    job_id: str
+    command: str
+    nodes: dict[str, NodeRecord]
+    quorum: Quorum = field(default_factory=Quorum)
+    vote_timeout_ms: int = 30_000
+    run_timeout_ms: int = 3_600_000
+    options: dict[str, Any] = field(default_factory=dict)
+    requested_by: str = ""
+    state: JobState = JobState.NEW
+    created_ms: int = 0
+    started_ms: int | None = None
+    vote_deadline_ms: int | None = None
+    run_started_ms: int | None = None
+    run_deadline_ms: int | None = None
+    finished_ms: int | None = None
+
+    @classmethod
+    def new(
+        cls,
+        job_id: str,
+        command: str,
+        nodes: Iterable[str],
+        now_ms: int,
+        *,
+        quorum: Quorum | None = None,
+        vote_timeout_ms: int = 30_000,
+        run_timeout_ms: int = 3_600_000,
+        options: dict[str, Any] | None = None,
+        requested_by: str = "",
+    ) -> Job:
+        names = list(dict.fromkeys(nodes))
+        if not names:
+            raise StateError("a job needs at least one node")
+        return cls(
+            job_id=job_id,
+            command=command,
+            nodes={name: NodeRecord(changed_ms=now_ms) for name in names},
+            quorum=quorum or Quorum(),
+            vote_timeout_ms=vote_timeout_ms,
+            run_timeout_ms=run_timeout_ms,
+            options=options or {},
+            requested_by=requested_by,
+            created_ms=now_ms,
+        )
+
+    # --- the two tables ----------------------------------------------------------------
+
+    def _job(self, event: JobEvent, now_ms: int, out: list[Effect]) -> None:
+        new = JOB_TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise StateError(f"job {self.job_id}: cannot {event} while {self.state}")
+        out.append(JobChanged(self.job_id, self.state, new, now_ms))
+        self.state = new
+        if new in TERMINAL_JOB_STATES:
+            self.finished_ms = now_ms
+
+    def _node(
+        self,
+        node: str,
+        event: NodeEvent,
+        now_ms: int,
+        out: list[Effect],
+        *,
+        exit_status: int | None = None,
+        reason: str = "",
+    ) -> None:
+        record = self.nodes.get(node)
+        if record is None:
+            raise StateError(f"job {self.job_id}: {node} is not a target")
+        new = NODE_TRANSITIONS.get((record.state, event))
+        if new is None:
+            raise StateError(f"job {self.job_id}: {node} cannot {event} while {record.state}")
+        out.append(NodeChanged(self.job_id, node, record.state, new, now_ms, exit_status, reason))
+        record.state = new
+        record.changed_ms = now_ms
+        if exit_status is not None:
+            record.exit_status = exit_status
+        if reason:
+            record.reason = reason
+        if event in (NodeEvent.ACK_COMMIT, NodeEvent.NACK_COMMIT):
+            record.voted_ms = now_ms
+        if new in TERMINAL_NODE_STATES:
+            record.finished_ms = now_ms
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def start(self, online: Iterable[str], now_ms: int) -> list[Effect]:
+        """Begin voting: offline targets are unavailable, the others get a commit."""
+        if self.state is not JobState.NEW:
+            raise StateError(f"job {self.job_id}: cannot start while {self.state}")
+        alive = set(online)
+        out: list[Effect] = []
+        self._job(JobEvent.START, now_ms, out)
+        self.started_ms = now_ms
+        self.vote_deadline_ms = now_ms + self.vote_timeout_ms
+        for name in self.nodes:
+            if name not in alive:
+                self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
+        for name, record in self.nodes.items():
+            if record.state is NodeState.NEW:
+                out.append(Send("commit", self.job_id, name))
+        self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    def ack_commit(self, node: str, now_ms: int) -> list[Effect]:
+        return self._vote(node, NodeEvent.ACK_COMMIT, now_ms, "")
+
+    def nack_commit(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._vote(node, NodeEvent.NACK_COMMIT, now_ms, reason)
+
+    def _vote(self, node: str, event: NodeEvent, now_ms: int, reason: str) -> list[Effect]:
+        if self.state is not JobState.VOTING:
+            raise StateError(f"job {self.job_id}: vote from {node} while {self.state}")
+        out: list[Effect] = []
+        self._node(node, event, now_ms, out, reason=reason)
+        self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    def ack_run(self, node: str, now_ms: int) -> list[Effect]:
+        self._require_running(node)
+        out: list[Effect] = []
+        self._node(node, NodeEvent.ACK_RUN, now_ms, out)
+        return out
+
+    def nack_run(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.NACK_RUN, now_ms, None, reason)
+
+    def succeeded(self, node: str, now_ms: int, exit_status: int = 0) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.SUCCEEDED, now_ms, exit_status, "")
+
+    def failed(self, node: str, now_ms: int, exit_status: int | None, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.FAILED, now_ms, exit_status, reason)
+
+    def aborted(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.ABORTED, now_ms, None, reason)
+
+    def node_lost(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        """The node went offline or restarted: in-flight means crashed (DESIGN section 5)."""
+        record = self.nodes.get(node)
+        if record is None or record.state in TERMINAL_NODE_STATES:
+            return []
+        if self.state not in (JobState.VOTING, JobState.RUNNING):
+            return []
+        out: list[Effect] = []
+        self._node(node, NodeEvent.LOST, now_ms, out, reason=reason)
+        if self.state is JobState.VOTING:
+            self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        else:
+            self._maybe_complete(now_ms, out)
+        return out
+
+    def abort(self, now_ms: int, reason: str = "abort requested") -> list[Effect]:
+        out: list[Effect] = []
+        self._job(JobEvent.ABORT, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.ABORT, now_ms, out, reason=reason)
+                if self.started_ms is not None:  # only a started job sent commits
+                    out.append(Send("abort", self.job_id, name))
+        return out
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Apply the vote or run deadline if it has passed by ``now_ms``."""
+        out: list[Effect] = []
+        deadline = self.next_deadline_ms()
+        if deadline is None or now_ms < deadline:
+            return out
+        if self.state is JobState.VOTING:
+            self._maybe_end_voting(now_ms, out, deadline_passed=True)
+            return out
+        self._job(JobEvent.TIMEOUT, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
+                out.append(Send("abort", self.job_id, name))
+        return out
+
+    def crash(self, now_ms: int, reason: str) -> list[Effect]:
+        """The server cannot carry the job on (e.g. its snapshot could not be restored)."""
+        out: list[Effect] = []
+        self._job(JobEvent.CRASH, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.LOST, now_ms, out, reason=reason)
+                out.append(Send("abort", self.job_id, name))
+        return out
+
+    # --- derived ------------------------------------------------------------------------
+
+    def next_deadline_ms(self) -> int | None:
+        if self.state is JobState.VOTING:
+            return self.vote_deadline_ms
+        if self.state is JobState.RUNNING:
+            return self.run_deadline_ms
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+    def summary(self) -> dict[str, int]:
+        counts = Counter(record.state.value for record in self.nodes.values())
+        return dict(sorted(counts.items()))
+
+    def all_succeeded(self) -> bool:
+        return all(r.state is NodeState.SUCCEEDED for r in self.nodes.values())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The job as a JSON-ready dict: the value of its ``assignments`` record."""
+        return {
+            "job_id": self.job_id,
+            "command": self.command,
+            "state": self.state.value,
+            "quorum": str(self.quorum),
+            "vote_timeout_ms": self.vote_timeout_ms,
+            "run_timeout_ms": self.run_timeout_ms,
+            "options": self.options,
+            "requested_by": self.requested_by,
+            "created_ms": self.created_ms,
+            "started_ms": self.started_ms,
+            "vote_deadline_ms": self.vote_deadline_ms,
+            "run_started_ms": self.run_started_ms,
+            "run_deadline_ms": self.run_deadline_ms,
+            "finished_ms": self.finished_ms,
+            "summary": self.summary(),
+            "nodes": {
+                name: {
+                    "state": r.state.value,
+                    "exit_status": r.exit_status,
+                    "reason": r.reason,
+                    "changed_ms": r.changed_ms,
+                    "voted_ms": r.voted_ms,
+                    "finished_ms": r.finished_ms,
+                }
+                for name, r in self.nodes.items()
+            },
+        }
+
+    @classmethod
+    def restore(cls, snap: Mapping[str, Any]) -> Job:
+        """Rebuild a job from ``snapshot()``; KeyError/ValueError on a damaged snapshot."""
+        return cls(
+            job_id=snap["job_id"],
+            command=snap["command"],
+            nodes={
+                name: NodeRecord(
+                    state=NodeState(n["state"]),
+                    exit_status=n["exit_status"],
+                    reason=n["reason"],
+                    changed_ms=n["changed_ms"],
+                    voted_ms=n["voted_ms"],
+                    finished_ms=n["finished_ms"],
+                )
+                for name, n in snap["nodes"].items()
+            },
+            quorum=Quorum.parse(snap["quorum"]),
+            vote_timeout_ms=snap["vote_timeout_ms"],
+            run_timeout_ms=snap["run_timeout_ms"],
+            options=dict(snap["options"]),
+            requested_by=snap["requested_by"],
+            state=JobState(snap["state"]),
+            created_ms=snap["created_ms"],
+            started_ms=snap["started_ms"],
+            vote_deadline_ms=snap["vote_deadline_ms"],
+            run_started_ms=snap["run_started_ms"],
+            run_deadline_ms=snap["run_deadline_ms"],
+            finished_ms=snap["finished_ms"],
+        )
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _require_running(self, node: str) -> None:
+        if self.state is not JobState.RUNNING:
+            raise StateError(f"job {self.job_id}: run reply from {node} while {self.state}")
+
+    def _finish_node(
+        self, node: str, event: NodeEvent, now_ms: int, exit_status: int | None, reason: str
+    ) -> list[Effect]:
+        self._require_running(node)
+        out: list[Effect] = []
+        self._node(node, event, now_ms, out, exit_status=exit_status, reason=reason)
+        self._maybe_complete(now_ms, out)
+        return out
+
+    def _maybe_end_voting(self, now_ms: int, out: list[Effect], *, deadline_passed: bool) -> None:
+        waiting = [n for n, r in self.nodes.items() if r.state is NodeState.NEW]
+        if waiting and not deadline_passed:
+            return
+        for name in waiting:
+            self._node(name, NodeEvent.NO_VOTE, now_ms, out, reason="no vote before the deadline")
+            out.append(Send("abort", self.job_id, name))  # in case its commit arrives late
+        ready = [n for n, r in self.nodes.items() if r.state is NodeState.READY]
+        if ready and len(ready) >= self.quorum.required(len(self.nodes)):
+            self._job(JobEvent.QUORUM_MET, now_ms, out)
+            self.run_started_ms = now_ms
+            self.run_deadline_ms = now_ms + self.run_timeout_ms
+            out.extend(Send("run", self.job_id, name) for name in ready)
+            return
+        self._job(JobEvent.QUORUM_MISSED, now_ms, out)
+        for name in ready:
+            self._node(name, NodeEvent.QUORUM_LOST, now_ms, out, reason="quorum failed")
+            out.append(Send("abort", self.job_id, name))
+
+    def _maybe_complete(self, now_ms: int, out: list[Effect]) -> None:
+        if all(r.state in TERMINAL_NODE_STATES for r in self.nodes.values()):
+            self._job(JobEvent.ALL_DONE, now_ms, out)
