@@ -1,0 +1,1 @@
+"""ZeroMQ adapters: the one socket factory, CurveZMQ authentication, receive helpers."""

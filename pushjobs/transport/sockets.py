@@ -1,0 +1,164 @@
+"""The one socket factory: every socket with linger 0, explicit high-water marks, CurveZMQ
+where the channel needs it, and zmq errors translated to ``TransportError`` here.
+
+A ``Transport`` owns one zmq context and, when any socket is a CurveZMQ server with an
+allow-list, one ZAP authenticator thread. ``close()`` closes every socket it made and
+terminates the context; with linger 0 that cannot hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from pushjobs.errors import TransportError
+
+KINDS = {
+    "pub": zmq.PUB,
+    "sub": zmq.SUB,
+    "push": zmq.PUSH,
+    "pull": zmq.PULL,
+    "router": zmq.ROUTER,
+    "dealer": zmq.DEALER,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CurveKeys:
+    """A CurveZMQ key pair, Z85 text (40 characters each)."""
+
+    public: str
+    secret: str
+
+
+class _AllowList:
+    """ZAP credentials provider: admits a client only if ``allowed(client_public_z85)``."""
+
+    def __init__(self, allowed: Callable[[str], bool]) -> None:
+        self.allowed = allowed
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        try:
+            return self.allowed(key.decode("ascii"))
+        except Exception:  # a failing check must refuse, never kill the ZAP thread
+            return False
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.context = zmq.Context()
+        self._sockets: list[zmq.Socket[bytes]] = []
+        self._auth: ThreadAuthenticator | None = None
+        self._domains = 0
+
+    def socket(
+        self,
+        kind: str,
+        *,
+        bind: str | None = None,
+        connect: str | tuple[str, ...] = (),
+        hwm: int = 1000,
+        curve_server: CurveKeys | None = None,
+        allowed_clients: Callable[[str], bool] | None = None,
+        curve_client: CurveKeys | None = None,
+        server_public: str | None = None,
+        subscribe: bytes | None = b"",
+        identity: bytes | None = None,
+    ) -> zmq.Socket[bytes]:
+        """A configured socket, bound and/or connected.
+
+        ``curve_server`` makes it a CurveZMQ server; with ``allowed_clients`` only clients
+        whose public key passes the check get through (ZAP). ``curve_client`` with
+        ``server_public`` makes it a CurveZMQ client of that server.
+        """
+        try:
+            sock: zmq.Socket[bytes] = self.context.socket(KINDS[kind])
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot create a {kind} socket: {exc}") from exc
+        self._sockets.append(sock)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, hwm)
+            sock.setsockopt(zmq.RCVHWM, hwm)
+            if identity is not None:
+                sock.setsockopt(zmq.IDENTITY, identity)
+            if curve_server is not None:
+                if allowed_clients is not None:
+                    domain = self._allow(allowed_clients)
+                    sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
+                sock.curve_secretkey = curve_server.secret.encode("ascii")
+                sock.curve_publickey = curve_server.public.encode("ascii")
+                sock.curve_server = True
+            if curve_client is not None:
+                if server_public is None:
+                    raise TransportError("a CurveZMQ client needs the server's public key")
+                sock.curve_secretkey = curve_client.secret.encode("ascii")
+                sock.curve_publickey = curve_client.public.encode("ascii")
+                sock.curve_serverkey = server_public.encode("ascii")
+            if kind == "sub" and subscribe is not None:
+                sock.setsockopt(zmq.SUBSCRIBE, subscribe)
+            if bind is not None:
+                sock.bind(bind)
+            for endpoint in (connect,) if isinstance(connect, str) else connect:
+                sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self._discard(sock)
+            where = f" on {bind}" if bind else ""
+            raise TransportError(f"cannot set up the {kind} socket{where}: {exc}") from exc
+        return sock
+
+    def _allow(self, allowed: Callable[[str], bool]) -> str:
+        if self._auth is None:
+            self._auth = ThreadAuthenticator(self.context)
+            self._auth.start()
+        self._domains += 1
+        domain = f"pushjobs-{self._domains}"
+        self._auth.configure_curve_callback(domain, credentials_provider=_AllowList(allowed))
+        return domain
+
+    def _discard(self, sock: zmq.Socket[Any]) -> None:
+        sock.close(linger=0)
+        if sock in self._sockets:
+            self._sockets.remove(sock)
+
+    def close_socket(self, sock: zmq.Socket[Any]) -> None:
+        self._discard(sock)
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close(linger=0)
+        self._sockets.clear()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        self.context.term()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def bound_endpoint(sock: zmq.Socket[Any]) -> str:
+    """The endpoint a socket actually bound (resolves ``tcp://127.0.0.1:*``)."""
+    value = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def drain(sock: zmq.Socket[bytes], limit: int) -> list[list[bytes]]:
+    """Up to ``limit`` queued multipart messages without blocking: one wakeup, many messages."""
+    batch: list[list[bytes]] = []
+    try:
+        while len(batch) < limit:
+            batch.append(sock.recv_multipart(zmq.NOBLOCK))
+    except zmq.Again:
+        pass
+    except zmq.ZMQError as exc:
+        raise TransportError(f"receive failed: {exc}") from exc
+    return batch
