@@ -26,6 +26,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   ├── RecordTooLarge
     │   ├── FencedError             a write with an epoch older than the owner's
     │   └── BackendUnavailable      a backend cannot be reached or imported
+    ├── ExecutionError              a job's command could not be started on the node
     ├── TransportError              socket-level failures, translated from zmq
     │   └── Unreachable             no answer from a peer within the deadline
     ├── ApiError                    an API call the server refused (carries a code)
@@ -130,6 +131,10 @@ class FencedError(LogError):
 
 class BackendUnavailable(LogError):
     """The log backend cannot be reached."""
+
+
+class ExecutionError(PushJobsError):
+    """A job's command could not be started (missing binary, bad cwd, unknown user...)."""
 
 
 class TransportError(PushJobsError):
