@@ -27,6 +27,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   ├── FencedError             a write with an epoch older than the owner's
     │   └── BackendUnavailable      a backend cannot be reached or imported
     ├── ExecutionError              a job's command could not be started on the node
+    ├── JournalError                the agent's local journal of seen job ids failed
     ├── TransportError              socket-level failures, translated from zmq
     │   └── Unreachable             no answer from a peer within the deadline
     ├── ApiError                    an API call the server refused (carries a code)
@@ -135,6 +136,10 @@ class BackendUnavailable(LogError):
 
 class ExecutionError(PushJobsError):
     """A job's command could not be started (missing binary, bad cwd, unknown user...)."""
+
+
+class JournalError(PushJobsError):
+    """The agent's journal of seen job ids cannot be read or written."""
 
 
 class TransportError(PushJobsError):
