@@ -19,6 +19,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   ├── UnknownIdentity         no registry entry with that name
     │   └── KeyStateError           an illegal key state transition
     ├── StateError                  an illegal state machine transition (nothing changed)
+    ├── TargetError                 a node selector that is malformed or matches nothing
     ├── LogError                    ordered-log failures
     │   ├── LogCorrupt              corrupt, truncated or foreign log file
     │   ├── UnknownTopic
@@ -104,6 +105,10 @@ class KeyStateError(KeyFileError):
 
 class StateError(PushJobsError):
     """An illegal state machine transition; the machine is unchanged."""
+
+
+class TargetError(PushJobsError):
+    """A node selector that cannot be parsed or matches no node."""
 
 
 class LogError(PushJobsError):
