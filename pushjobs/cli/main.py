@@ -35,3 +35,7 @@ def _root(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 
@@ -70,6 +70,17 @@ class CompactionStats:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group's position on one topic, and who owns the topic for it."""
+
+    group: str
+    topic: str
+    committed: int | None
+    owner: str | None = None
+    epoch: int = 0
+
+
 class GroupMember(Protocol):
     """One member of a consumer group on a single-partition topic."""
 
@@ -92,7 +103,9 @@ class OrderedLog(Protocol):
 
     def topics(self) -> list[TopicInfo]: ...
 
-    def append(self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None) -> int:
+    def append(
+        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
+    ) -> int:
         """Append one record; return its offset once durable."""
         ...
 
@@ -133,3 +146,14 @@ class OrderedLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ListsGroups(Protocol):
+    """Optional: a backend that can enumerate its consumer groups (for ``log stats``).
+
+    Kept apart from ``OrderedLog`` because Kafka's group listing needs broker support that
+    not every cluster has; callers check ``isinstance(log, ListsGroups)``.
+    """
+
+    def groups(self) -> list[GroupInfo]: ...

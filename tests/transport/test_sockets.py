@@ -128,7 +128,9 @@ def test_drain_takes_a_batch_without_blocking(transport):
 
 def test_bind_conflict_is_translated(transport):
     first = transport.socket("pull", bind=ANY_PORT)
-    with pytest.raises(TransportError, match=r"cannot set up the pull socket on tcp://127\.0\.0\.1"):
+    with pytest.raises(
+        TransportError, match=r"cannot set up the pull socket on tcp://127\.0\.0\.1"
+    ):
         transport.socket("pull", bind=bound_endpoint(first))
 
 

@@ -1,0 +1,225 @@
+"""The sqlite log's file: schema, atomic creation, checks on open, sqlite3 error translation.
+
+A log file is born complete or not at all: it is built under a temporary name and linked
+into place, so an existing file that is empty, not SQLite, or SQLite without our meta
+table is never half-created by a racing process; it is refused as ``LogCorrupt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+
+from pushjobs.errors import BackendUnavailable, LogCorrupt, LogError
+
+MAGIC = "pushjobs-log"
+SCHEMA_VERSION = 1
+# "PJLG" in the header's application id, so file(1) and tools can tell what the file is.
+APPLICATION_ID = 0x504A4C47
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+# A record's rowid packs (topic id, offset): records are clustered by topic and offset in
+# the table's own b-tree, so reads are range scans and appends need no second index.
+OFFSET_BITS = 40
+MAX_OFFSET = (1 << OFFSET_BITS) - 1
+
+SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # end_offset only grows: compaction and retention never hand an offset out twice.
+    """CREATE TABLE topics (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        compacted INTEGER NOT NULL,
+        retention_ms INTEGER,
+        retention_bytes INTEGER,
+        end_offset INTEGER NOT NULL DEFAULT 0,
+        records INTEGER NOT NULL DEFAULT 0,
+        bytes INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE records (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL,
+        value BLOB,
+        timestamp_ms INTEGER NOT NULL,
+        epoch INTEGER NOT NULL
+    )""",
+    # The latest record id per key (tombstones too): latest() reads one row per key
+    # instead of folding the topic, and compaction keeps exactly these records.
+    """CREATE TABLE heads (
+        topic_id INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        rid INTEGER NOT NULL,
+        PRIMARY KEY (topic_id, key)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE offsets (
+        grp TEXT NOT NULL,
+        topic_id INTEGER NOT NULL,
+        next_offset INTEGER NOT NULL,
+        PRIMARY KEY (grp, topic_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE leases (
+        grp TEXT NOT NULL,
+        topic_id INTEGER NOT NULL,
+        owner TEXT,
+        token TEXT,
+        epoch INTEGER NOT NULL,
+        heartbeat_ms INTEGER NOT NULL,
+        session_ms INTEGER NOT NULL,
+        PRIMARY KEY (grp, topic_id)
+    ) WITHOUT ROWID""",
+)
+
+
+def record_id(topic_id: int, offset: int) -> int:
+    return (topic_id << OFFSET_BITS) | offset
+
+
+def topic_range(topic_id: int) -> tuple[int, int]:
+    """Rowids of a topic's records: [low, high)."""
+    return topic_id << OFFSET_BITS, (topic_id + 1) << OFFSET_BITS
+
+
+def connect(path: Path, *, create: bool, busy_timeout_s: float) -> sqlite3.Connection:
+    """An open, checked connection to the log at ``path`` (created if allowed and absent)."""
+    if not path.exists():
+        if not create:
+            raise BackendUnavailable(f"{path}: no log file here")
+        _create(path)
+    check_file(path)
+    uri = f"{path.absolute().as_uri()}?mode=rw"
+    try:
+        db = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+        )
+    except sqlite3.Error as exc:
+        raise translate(exc, path, "opening the log") from exc
+    try:
+        _check_meta(db, path)
+        # Checked before any pragma that writes, so a foreign file is left untouched.
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL: the WAL is fsynced at every commit, so an acknowledged append survives
+        # power loss, not only a crash of the writer.
+        db.execute("PRAGMA synchronous=FULL")
+    except sqlite3.Error as exc:
+        db.close()
+        raise translate(exc, path, "opening the log") from exc
+    except LogError:
+        db.close()
+        raise
+    return db
+
+
+def check_file(path: Path) -> None:
+    """Refuse what SQLite would open silently: empty, foreign or torn files."""
+    if path.is_dir():
+        raise LogError(f"{path}: is a directory, not a log file")
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(100)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise BackendUnavailable(f"{path}: cannot read the log file: {exc}") from exc
+    if not header:
+        raise LogCorrupt(f"{path}: empty file: a truncated log, or not a pushjobs log")
+    if not header.startswith(SQLITE_HEADER):
+        raise LogCorrupt(f"{path}: not an SQLite database, so not a pushjobs log")
+    if len(header) < 100:
+        raise LogCorrupt(f"{path}: truncated: {size} bytes, shorter than an SQLite header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    # SQLite itself notices missing pages, but reads a torn last page as zeros.
+    if page_size < 512 or size % page_size:
+        raise LogCorrupt(f"{path}: truncated: {size} bytes is not a whole number of pages")
+
+
+def _check_meta(db: sqlite3.Connection, path: Path) -> None:
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            raise LogCorrupt(f"{path}: an SQLite database, but not a pushjobs log") from exc
+        raise
+    if meta.get("magic") != MAGIC:
+        raise LogCorrupt(f"{path}: an SQLite database, but not a pushjobs log (bad magic)")
+    version = meta.get("schema_version", "")
+    if version != str(SCHEMA_VERSION):
+        raise LogError(
+            f"{path}: log schema version {version!r}; this pushjobs reads version {SCHEMA_VERSION}"
+        )
+
+
+def _create(path: Path) -> None:
+    """Build a complete, empty log beside ``path`` and link it into place."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackendUnavailable(f"{path}: cannot create the log's directory: {exc}") from exc
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        db = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            for statement in SCHEMA:
+                db.execute(statement)
+            db.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
+            )
+            db.execute("COMMIT")
+        finally:
+            db.close()  # the last connection checkpoints the WAL into the file
+        # Another process may have linked its log first: theirs is as good as ours.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+        _fsync_dir(path.parent)
+    except sqlite3.Error as exc:
+        raise translate(exc, path, "creating the log") from exc
+    except OSError as exc:
+        raise BackendUnavailable(f"{path}: cannot create the log: {exc}") from exc
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_UNAVAILABLE = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+    }
+)
+
+
+def translate(exc: sqlite3.Error, path: Path, what: str) -> LogError:
+    """The pushjobs error for a sqlite3 error met while doing ``what`` on ``path``."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # extended codes keep the primary low
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return LogCorrupt(f"{path}: {what}: the log file is corrupt ({exc})")
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return BackendUnavailable(
+            f"{path}: {what}: another process held the log's write lock for longer than "
+            f"the busy timeout ({exc})"
+        )
+    if code in _UNAVAILABLE:
+        return BackendUnavailable(f"{path}: {what}: {exc}")
+    return LogError(f"{path}: {what}: {exc}")

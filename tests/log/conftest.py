@@ -1,0 +1,209 @@
+"""Backends for the conformance suite: one ``Harness`` per backend, a factory of handles.
+
+The contract, for every backend (``memory``, ``sqlite``, ``kafka``):
+
+    harness = log_backend                 # parametrized fixture, one per backend
+    log = log_factory()                   # a NEW handle on the SAME log, closed at teardown
+    harness.clock                         # the FakeClock every handle stamps records with
+    harness.expire(seconds)               # let lease time pass: advance the fake clock,
+                                          #   or do nothing where the broker keeps time
+    harness.takeover_s                    # how long a takeover may take in real time
+    harness.session_s                     # the member session timeout tests use
+    harness.spec()                        # dict[str, str] a child process opens with
+                                          #   tests.log.spec.open_from_spec (skips memory)
+    harness.require("compaction")         # pytest.skip(reason) if the backend lacks it
+
+Kafka comes from ``tests/log/kafka_support.py`` (the Kafka backend's own test support):
+this file uses ``available()``, ``fresh_cluster(session_timeout_ms)``, the cluster's
+``open_log(clock=...)`` and ``spec()``, ``open_log_from_spec(spec)`` (in children),
+``UNSUPPORTED`` (feature -> reason) and ``stop_shared_host()``. If that module is missing
+or cannot run here, the kafka params skip with the reason; nothing fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pushjobs.clock import FakeClock
+from pushjobs.log.base import OrderedLog
+from pushjobs.log.memory import MemoryLog, MemoryStore
+from pushjobs.log.sqlite import SqliteLog
+from tests.log.children import Child
+
+BACKENDS = ["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)]
+KAFKA_SESSION_MS = 3000
+# What the memory backend cannot do, and why.
+MEMORY_UNSUPPORTED = {
+    "processes": "the memory backend lives inside one process: no child can open it",
+}
+
+
+class Harness:
+    """One backend's log for one test; ``open()`` makes handles on it."""
+
+    name: str
+    session_s = 1.0
+    takeover_s = 10.0
+    unsupported: dict[str, str] = {}
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self._handles: list[OrderedLog] = []
+
+    def open(self, **kwargs: Any) -> OrderedLog:
+        handle = self._open(**kwargs)
+        self._handles.append(handle)
+        return handle
+
+    def _open(self, **kwargs: Any) -> OrderedLog:
+        raise NotImplementedError
+
+    def spec(self) -> dict[str, str]:
+        self.require("processes")
+        raise NotImplementedError
+
+    def expire(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def require(self, feature: str) -> None:
+        reason = self.unsupported.get(feature)
+        if reason is not None:
+            pytest.skip(f"{self.name}: {reason}")
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.close()
+
+
+class MemoryHarness(Harness):
+    name = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = MemoryStore()
+        self.unsupported = MEMORY_UNSUPPORTED
+
+    def _open(self, **kwargs: Any) -> OrderedLog:
+        kwargs.setdefault("clock", self.clock)
+        return MemoryLog(self.store, **kwargs)
+
+
+class SqliteHarness(Harness):
+    name = "sqlite"
+    session_s = 0.5  # children run on the real clock: a short session keeps takeovers fast
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def _open(self, **kwargs: Any) -> OrderedLog:
+        kwargs.setdefault("clock", self.clock)
+        return SqliteLog(self.path, **kwargs)
+
+    def spec(self) -> dict[str, str]:
+        return {"backend": "sqlite", "path": str(self.path)}
+
+
+class KafkaHarness(Harness):
+    name = "kafka"
+    session_s = KAFKA_SESSION_MS / 1000
+    # The mock cluster hands a dead owner's partition over after its session timeout.
+    takeover_s = 3 * KAFKA_SESSION_MS / 1000 + 10
+
+    def __init__(self, support: Any, cluster: Any) -> None:
+        super().__init__()
+        self.support = support
+        self.cluster = cluster
+        self.unsupported = dict(getattr(support, "UNSUPPORTED", {}))
+
+    def _open(self, **kwargs: Any) -> OrderedLog:
+        kwargs.setdefault("clock", self.clock)
+        return self.cluster.open_log(**kwargs)  # type: ignore[no-any-return]
+
+    def spec(self) -> dict[str, str]:
+        return dict(self.cluster.spec())
+
+    def expire(self, seconds: float) -> None:
+        """The broker keeps lease time: callers wait up to ``takeover_s`` instead."""
+
+
+def _kafka_support() -> Any:
+    """tests.log.kafka_support, or pytest.skip with the reason it cannot be used."""
+    try:
+        support = importlib.import_module("tests.log.kafka_support")
+    except ImportError as exc:
+        pytest.skip(f"kafka: tests/log/kafka_support.py cannot be imported: {exc}")
+    reason = support.available() if hasattr(support, "available") else None
+    if reason:
+        pytest.skip(f"kafka: {reason}")
+    if not hasattr(support, "fresh_cluster"):
+        pytest.skip("kafka: tests/log/kafka_support.py has no fresh_cluster() yet")
+    return support
+
+
+@contextlib.contextmanager
+def _harness(name: str, tmp_path: Path) -> Iterator[Harness]:
+    harness: Harness
+    if name == "kafka":
+        support = _kafka_support()
+        with support.fresh_cluster(KAFKA_SESSION_MS) as cluster:
+            harness = KafkaHarness(support, cluster)
+            try:
+                yield harness
+            finally:
+                harness.close()
+        return
+    harness = MemoryHarness() if name == "memory" else SqliteHarness(tmp_path / "log.db")
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_kafka_host() -> Iterator[None]:
+    """Stop the mock cluster's host process, if any test started it."""
+    yield
+    support = sys.modules.get("tests.log.kafka_support")
+    if support is not None and hasattr(support, "stop_shared_host"):
+        support.stop_shared_host()
+
+
+@pytest.fixture(params=BACKENDS)
+def log_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    with _harness(request.param, tmp_path) as harness:
+        yield harness
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def embedded_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    """The backends that compact and keep retention themselves."""
+    with _harness(request.param, tmp_path) as harness:
+        yield harness
+
+
+@pytest.fixture
+def log_factory(log_backend: Harness) -> Callable[..., OrderedLog]:
+    return log_backend.open
+
+
+@pytest.fixture
+def children() -> Iterator[Callable[..., Child]]:
+    """Start ``python ARGS...``; every child is stopped (by PID) at teardown."""
+    started: list[Child] = []
+
+    def start(*args: str) -> Child:
+        child = Child(*args)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        child.close()

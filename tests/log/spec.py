@@ -1,0 +1,20 @@
+"""Open a log handle from a spec (a dict of strings): how child processes reach a test's log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pushjobs.log.base import OrderedLog
+
+
+def open_from_spec(spec: Mapping[str, str]) -> OrderedLog:
+    backend = spec["backend"]
+    if backend == "sqlite":
+        from pushjobs.log.sqlite import SqliteLog
+
+        return SqliteLog(spec["path"])
+    if backend == "kafka":
+        from tests.log import kafka_support
+
+        return kafka_support.open_log_from_spec(spec)
+    raise ValueError(f"no child process can open a {backend!r} log")
