@@ -2,16 +2,23 @@
 
 CurveZMQ keys are X25519 keys, so ``cryptography`` generates them and Z85 encodes them:
 the same bytes ``zmq.curve_keypair()`` would give, without importing zmq here.
+
+Both dataclasses check themselves on construction, so an identity that exists is valid:
+readers of key files and of the registry need no checks of their own.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from dataclasses import dataclass
 from typing import Literal
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -26,6 +33,7 @@ from pushjobs.errors import KeyFileError
 
 Kind = Literal["server", "node", "user"]
 KINDS: tuple[Kind, ...] = ("server", "node", "user")
+KEY_BYTES = 32
 _NAME = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._@-]{0,127}")
 
 
@@ -38,22 +46,31 @@ def check_name(name: str) -> str:
 
 
 def check_kind(kind: str) -> Kind:
-    if kind not in KINDS:
-        raise KeyFileError(f"invalid kind {kind!r}: expected one of {', '.join(KINDS)}")
-    return kind
+    for known in KINDS:
+        if kind == known:
+            return known
+    raise KeyFileError(f"invalid kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def unb64(text: str, size: int, what: str) -> bytes:
+def unb64(text: str, what: str) -> bytes:
+    """Decode a base64 key of ``KEY_BYTES`` bytes; ``what`` names it in the error."""
     try:
         raw = base64.b64decode(text, validate=True)
-    except (ValueError, TypeError):
+    except (binascii.Error, ValueError):
         raise KeyFileError(f"{what} is not valid base64") from None
-    if len(raw) != size:
-        raise KeyFileError(f"{what} must be {size} bytes, got {len(raw)}")
+    if len(raw) != KEY_BYTES:
+        raise KeyFileError(f"{what} must be {KEY_BYTES} bytes, got {len(raw)}")
+    return raw
+
+
+def _curve_key(text: str, what: str) -> bytes:
+    raw = z85.decode(text)
+    if len(raw) != KEY_BYTES:
+        raise KeyFileError(f"{what} must be {KEY_BYTES} bytes (40 Z85 characters)")
     return raw
 
 
@@ -61,8 +78,15 @@ def unb64(text: str, size: int, what: str) -> bytes:
 class PublicIdentity:
     name: str
     kind: Kind
-    ed25519_public: bytes  # raw, 32 bytes
+    ed25519_public: bytes  # raw
     curve_public: str  # Z85, 40 characters
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        check_kind(self.kind)
+        if len(self.ed25519_public) != KEY_BYTES:
+            raise KeyFileError(f"ed25519_public must be {KEY_BYTES} bytes")
+        _curve_key(self.curve_public, "curve_public")
 
     @property
     def fingerprint(self) -> str:
@@ -72,12 +96,34 @@ class PublicIdentity:
     def key_id(self) -> str:
         return key_id(self.ed25519_public)
 
+    def verifying_key(self) -> Ed25519PublicKey:
+        return Ed25519PublicKey.from_public_bytes(self.ed25519_public)
+
 
 @dataclass(frozen=True, slots=True)
 class PrivateIdentity:
     public: PublicIdentity
-    ed25519_secret: bytes  # raw seed, 32 bytes
-    curve_secret: str  # Z85
+    ed25519_secret: bytes  # the raw 32-byte seed
+    curve_secret: str  # Z85, 40 characters
+
+    def __post_init__(self) -> None:
+        # A private key that does not match its public half would sign what nobody can verify.
+        if ed25519_public_of(self.ed25519_secret) != self.public.ed25519_public:
+            raise KeyFileError("ed25519_secret does not match the public key")
+        if curve_public_of(self.curve_secret) != self.public.curve_public:
+            raise KeyFileError("curve_secret does not match the public key")
+
+    @classmethod
+    def from_secrets(
+        cls, name: str, kind: str, ed25519_secret: bytes, curve_secret: str
+    ) -> PrivateIdentity:
+        public = PublicIdentity(
+            check_name(name),
+            check_kind(kind),
+            ed25519_public_of(ed25519_secret),
+            curve_public_of(curve_secret),
+        )
+        return cls(public, ed25519_secret, curve_secret)
 
     @property
     def name(self) -> str:
@@ -88,28 +134,23 @@ class PrivateIdentity:
 
 
 def generate(name: str, kind: str) -> PrivateIdentity:
-    check_name(name)
-    signing = Ed25519PrivateKey.generate()
-    seed = signing.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    curve = X25519PrivateKey.generate()
-    curve_secret = curve.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    public = PublicIdentity(
-        name=name,
-        kind=check_kind(kind),
-        ed25519_public=signing.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw),
-        curve_public=curve_public_of(z85.encode(curve_secret)),
+    seed = Ed25519PrivateKey.generate().private_bytes(
+        Encoding.Raw, PrivateFormat.Raw, NoEncryption()
     )
-    return PrivateIdentity(public, seed, z85.encode(curve_secret))
-
-
-def curve_public_of(curve_secret_z85: str) -> str:
-    secret = z85.decode(curve_secret_z85)
-    if len(secret) != 32:
-        raise KeyFileError("a CurveZMQ secret key is 32 bytes")
-    public = X25519PrivateKey.from_private_bytes(secret).public_key()
-    return z85.encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw))
+    curve = X25519PrivateKey.generate().private_bytes(
+        Encoding.Raw, PrivateFormat.Raw, NoEncryption()
+    )
+    return PrivateIdentity.from_secrets(name, kind, seed, z85.encode(curve))
 
 
 def ed25519_public_of(seed: bytes) -> bytes:
+    if len(seed) != KEY_BYTES:
+        raise KeyFileError(f"ed25519_secret must be {KEY_BYTES} bytes")
     key = Ed25519PrivateKey.from_private_bytes(seed)
     return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def curve_public_of(curve_secret: str) -> str:
+    secret = _curve_key(curve_secret, "curve_secret")
+    public = X25519PrivateKey.from_private_bytes(secret).public_key()
+    return z85.encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw))

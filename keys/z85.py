@@ -12,7 +12,7 @@ _INDEX = {c: i for i, c in enumerate(ALPHABET)}
 
 def encode(data: bytes) -> str:
     if len(data) % 4:
-        raise KeyFileError("Z85 input must be a multiple of 4 bytes")
+        raise KeyFileError(f"Z85 input must be a multiple of 4 bytes, got {len(data)}")
     out = bytearray()
     for (group,) in struct.iter_unpack(">I", data):
         chunk = bytearray(5)
@@ -25,18 +25,21 @@ def encode(data: bytes) -> str:
 
 
 def decode(text: str) -> bytes:
-    raw = text.encode("ascii", errors="replace")
+    if not text.isascii():
+        # Checked first: any lossy encoding could turn a stray character into a valid one.
+        raise KeyFileError("Z85 text must be ASCII")
+    raw = text.encode("ascii")
     if len(raw) % 5:
-        raise KeyFileError("Z85 text must be a multiple of 5 characters")
+        raise KeyFileError(f"Z85 text must be a multiple of 5 characters, got {len(raw)}")
     out = bytearray()
     for start in range(0, len(raw), 5):
-        word = 0
+        value = 0
         for c in raw[start : start + 5]:
             digit = _INDEX.get(c)
             if digit is None:
                 raise KeyFileError(f"invalid Z85 character {chr(c)!r}")
-            word = word * 85 + digit
-        if word > 0xFFFFFFFF:
-            raise KeyFileError("invalid Z85 group")
-        out += struct.pack(">I", word)
+            value = value * 85 + digit
+        if value > 0xFFFFFFFF:
+            raise KeyFileError(f"invalid Z85 group {raw[start : start + 5].decode()!r}")
+        out += struct.pack(">I", value)
     return bytes(out)

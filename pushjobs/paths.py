@@ -1,4 +1,4 @@
-"""Default locations of pushjobs' files, overridable with PUSHJOBS_HOME."""
+"""Default locations of pushjobs' files: one home directory, overridable per file by env."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ def home() -> Path:
 
 
 def keys_dir() -> Path:
+    """Where ``pushjobs key gen`` writes NAME.key and NAME.pub."""
     return home() / "keys"
 
 
 def registry_path() -> Path:
+    """$PUSHJOBS_KEY_REGISTRY, else home()/registry.json: the server and the CLI agree."""
     return Path(os.environ.get("PUSHJOBS_KEY_REGISTRY") or home() / "registry.json")
 
 
 def log_path() -> Path:
+    """$PUSHJOBS_LOG, else home()/log.db: the sqlite ordered log."""
     return Path(os.environ.get("PUSHJOBS_LOG") or home() / "log.db")
