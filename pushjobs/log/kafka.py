@@ -1,0 +1,520 @@
+"""The ordered log on Kafka, through confluent-kafka (the ``kafka`` extra).
+
+Theory of operation. Every pushjobs topic is one partition: records are produced to and
+read from partition 0 only, so offsets are the partition's offsets, and even a topic the
+cluster auto-created with more partitions behaves as a single-partition topic.
+
+- ``append``/``append_batch``: an idempotent producer (``enable.idempotence``,
+  ``acks=all``) produces, flushes, and returns the offsets from the delivery reports, so an
+  offset comes back only once every in-sync replica has the record. ``message.timeout.ms``
+  is the delivery timeout, so a report (success or error) always arrives before the flush
+  deadline. The fencing epoch travels in the ``pushjobs.epoch`` record header.
+- ``read``: an unassigned consumer is assigned (topic, 0, offset) and consumes up to the
+  high watermark read just before; ``latest`` folds the whole topic by key.
+- Committed offsets go through a consumer with that ``group.id`` and explicit synchronous
+  commits. Kafka accepts commits into a group with live members only from a member, so a
+  handle that holds a member of the group commits through it.
+- Topic policy: ``create_topic`` asks the cluster (CreateTopics with ``cleanup.policy``,
+  ``retention.ms``, ``retention.bytes``), bounded by the admin timeout. A cluster that
+  refuses (librdkafka's mock cluster answers "unsupported") gets the topic from the
+  ``create_fallback`` hook or by auto-creation, and a warning says the policy is not
+  enforced there. The requested policy is recorded in a compacted registry topic
+  (``<internal_prefix>-topics``), which is what ``topics()`` lists and reports.
+- ``compact()`` only reports: Kafka compacts and applies retention in the broker.
+
+Fencing (see ``kafka_member``). Kafka offers no conditional append without transactions,
+so the epoch lives in a compacted control topic, ``<internal_prefix>-fence``. When a group
+member gains partition 0 of its topic, it confirms with the coordinator that it is still a
+member (a synchronous offset commit, which the broker refuses from an expired member) and
+appends a claim record keyed by the group; the claim's offset + 1 is the new epoch, so
+epochs strictly increase and no two claims share one. The current epoch of a group is the
+one of its latest claim. A fenced append checks, before producing, that its epoch is
+still the latest claim and that a member of this handle holding that epoch still holds
+the partition, and checks the claim again once the records are durable. Folding readers
+(``latest``) drop a fenced record whose epoch is lower than one already seen in the topic.
+
+What that guarantees, and the race that remains. A deposed leader whose append starts
+after its successor's claim is durable gets ``FencedError`` and writes nothing. An append
+that passed the first check but whose records became durable after a successor's claim
+raises ``FencedError`` too, after the fact: the records are in the log, but the caller is
+told, so it never acts on them (the leader sends commands only after its writes return).
+Such a late record is hidden from ``latest`` once the successor has written to that topic;
+if it lands between the successor's claim and the successor's first write to the topic,
+it stays visible to readers until the successor overwrites its key. The window is the
+time between the check and the record reaching the broker, bounded by the delivery
+timeout unless the whole process stalls mid-produce. Closing it needs the broker to refuse
+the write, i.e. transactions (a transactional producer per leader with the epoch in its
+``transactional.id``), which librdkafka's mock cluster does not support for fencing, so
+this backend does not use them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pushjobs.clock import Clock, SystemClock
+from pushjobs.errors import FencedError, LogError, OffsetOutOfRange, RecordTooLarge, UnknownTopic
+from pushjobs.log.base import (
+    DEFAULT_MAX_VALUE_BYTES,
+    CompactionStats,
+    Fence,
+    GroupMember,
+    OrderedLog,
+    Record,
+    TopicInfo,
+    TopicPolicy,
+)
+from pushjobs.log.kafka_admin import TopicAdmin, decode_policy, encode_policy, topic_config
+from pushjobs.log.kafka_client import (
+    Config,
+    KafkaTimeouts,
+    client_config,
+    load,
+    translate,
+    translate_exception,
+)
+from pushjobs.log.kafka_io import PARTITION, Reader, Writer
+from pushjobs.log.kafka_member import GroupProtocol, KafkaGroupMember
+
+log = logging.getLogger(__name__)
+
+# Headroom over max_value_bytes for the key, headers and batch framing.
+FRAMING_BYTES = 64 * 1024
+
+__all__ = ["KafkaLog", "KafkaTimeouts", "fold_latest", "topic_config"]
+
+
+class KafkaLog:
+    """An ``OrderedLog`` on a Kafka cluster; a handle may be shared between threads."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "pushjobs",
+        config: Config | None = None,
+        producer_config: Config | None = None,
+        consumer_config: Config | None = None,
+        clock: Clock | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        timeouts: KafkaTimeouts | None = None,
+        group_protocol: GroupProtocol = "consumer",
+        internal_prefix: str = "__pushjobs",
+        replication_factor: int = -1,
+        create_fallback: Callable[[str], None] | None = None,
+    ) -> None:
+        """Build the clients for ``bootstrap_servers``; nothing waits for the cluster yet.
+
+        ``config`` is extra librdkafka configuration for every client; ``producer_config``
+        and ``consumer_config`` only for producers or consumers (librdkafka complains about
+        properties of the other kind). Settings the log's guarantees rest on (idempotence,
+        acks=all, no auto-commit...) cannot be overridden. ``group_protocol`` is the group
+        protocol of ``member()``: ``"consumer"`` (KIP-848, the broker's session timeout)
+        or ``"classic"`` (the member's session timeout, cooperative rebalancing).
+        ``internal_prefix`` names the control topics (``-fence``, ``-topics``).
+        ``create_fallback`` creates a topic when the cluster refuses the admin API; by
+        default such a topic is auto-created by a metadata request.
+        """
+        ck, admin_mod = load()
+        self._ck = ck
+        self.bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.timeouts = timeouts or KafkaTimeouts()
+        self.max_value_bytes = max_value_bytes
+        self.group_protocol: GroupProtocol = group_protocol
+        self.fence_topic = f"{internal_prefix}-fence"
+        self.registry_topic = f"{internal_prefix}-topics"
+        self._config = dict(config or {})
+        self._producer_config = dict(producer_config or {})
+        self._consumer_config = dict(consumer_config or {})
+        self._clock: Clock = clock or SystemClock()
+        # One lock for the shared reader, writer and folded control topics: a reader scan
+        # (assign, consume, unassign) must not interleave with another.
+        self._lock = threading.RLock()
+        self._closed = False
+        self._internal_ready = False
+        self._fences = _Folded(self.fence_topic)
+        self._registry = _Folded(self.registry_topic)
+        self._group_clients: dict[str, Any] = {}
+        self._members: list[KafkaGroupMember] = []
+        # librdkafka insists on a group.id; the reader never joins or commits, and a
+        # unique id can never collide with a real group.
+        reader_group = {"group.id": f"{client_id}.reader.{uuid.uuid4().hex}"}
+        self._reader = Reader(ck, self.consumer_settings("reader", reader_group), self.timeouts)
+        self._writer = Writer(ck, self.producer_settings, self.timeouts, self._clock)
+        self._admin = TopicAdmin(
+            ck,
+            admin_mod,
+            self.client_settings,
+            self.timeouts,
+            self._reader,
+            replication_factor=replication_factor,
+            create_fallback=create_fallback,
+        )
+
+    def __repr__(self) -> str:
+        return f"KafkaLog({self.bootstrap_servers!r}, client_id={self.client_id!r})"
+
+    # Client configuration.
+
+    def client_settings(self, role: str, overrides: Config) -> dict[str, Any]:
+        return client_config(
+            self.bootstrap_servers, f"{self.client_id}.{role}", self._config, overrides
+        )
+
+    def consumer_settings(self, role: str, overrides: Config) -> dict[str, Any]:
+        return client_config(
+            self.bootstrap_servers,
+            f"{self.client_id}.{role}",
+            # A scan drains the prefetch queue as fast as it fills: fetch again at once
+            # instead of backing off for a second whenever the queue was full.
+            {"fetch.queue.backoff.ms": 1},
+            self._config,
+            self._consumer_config,
+            # What the log's semantics rest on; extra config cannot change it.
+            {
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_uncommitted",
+                "enable.partition.eof": False,
+            },
+            overrides,
+        )
+
+    def producer_settings(self) -> dict[str, Any]:
+        delivery_ms = max(1, round(self.timeouts.delivery_s * 1000))
+        return client_config(
+            self.bootstrap_servers,
+            self.client_id,
+            {
+                "linger.ms": 1,
+                "request.timeout.ms": min(delivery_ms, 30000),
+                "message.max.bytes": self.max_value_bytes + FRAMING_BYTES,
+            },
+            self._config,
+            self._producer_config,
+            # What the log's semantics rest on; extra config cannot change it.
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                # The delivery timeout: librdkafka reports every record, delivered or
+                # failed, within it, so a flush bounded slightly longer always ends.
+                "message.timeout.ms": delivery_ms,
+                # An append to a missing topic must fail, not create it.
+                "allow.auto.create.topics": False,
+            },
+        )
+
+    # OrderedLog: topics.
+
+    def create_topic(self, topic: str, policy: TopicPolicy) -> None:
+        with self._lock:
+            self._ensure_open()
+            if topic in self._registered():
+                return
+            self._admin.create(topic, policy)
+            self._append_raw(self.registry_topic, topic, encode_policy(policy))
+
+    def topics(self) -> list[TopicInfo]:
+        """The topics created through ``create_topic``, with the policy they were given.
+
+        Counting records and bytes reads each topic: Kafka keeps no such totals.
+        """
+        with self._lock:
+            self._ensure_open()
+            infos = []
+            for name, policy in sorted(self._registered().items()):
+                try:
+                    low, high = self._reader.watermarks(name)
+                except UnknownTopic:
+                    continue
+                records = self._reader.fetch(name, low, high, high - low) if high > low else []
+                size = sum(len(r.key.encode()) + len(r.value or b"") for r in records)
+                infos.append(TopicInfo(name, policy, low, high, len(records), size))
+            return infos
+
+    # OrderedLog: writing.
+
+    def append(
+        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
+    ) -> int:
+        return self.append_batch(topic, [(key, value)], fence=fence)[0]
+
+    def append_batch(
+        self,
+        topic: str,
+        records: Sequence[tuple[str, bytes | None]],
+        *,
+        fence: Fence | None = None,
+    ) -> list[int]:
+        for key, value in records:
+            if value is not None and len(value) > self.max_value_bytes:
+                raise RecordTooLarge(
+                    f"{topic}: value of {len(value)} bytes for key {key!r} is over the "
+                    f"{self.max_value_bytes}-byte limit"
+                )
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            if not records:
+                return []
+            if fence is None:
+                return self._writer.produce(topic, records, 0)
+            self._check_fence(fence, topic)
+            offsets = self._writer.produce(topic, records, fence.epoch)
+            self._check_fence(fence, topic, written=offsets)
+            return offsets
+
+    # OrderedLog: reading.
+
+    def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
+        if from_offset < 0:
+            raise OffsetOutOfRange(f"{topic}: negative offset {from_offset}")
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            low, high = self._reader.watermarks(topic)
+            if from_offset > high:
+                raise OffsetOutOfRange(f"{topic}: offset {from_offset} is past the end {high}")
+            # Below the first kept offset (retention): start at the first record kept.
+            start = max(from_offset, low)
+            if limit <= 0 or start >= high:
+                return []
+            return self._reader.fetch(topic, start, high, limit)
+
+    def latest(self, topic: str) -> dict[str, Record]:
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            low, high = self._reader.watermarks(topic)
+            if high <= low:
+                return {}
+            return fold_latest(self._reader.fetch(topic, low, high, high - low))
+
+    def end_offset(self, topic: str) -> int:
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            return self._reader.watermarks(topic)[1]
+
+    # OrderedLog: consumer groups.
+
+    def committed(self, group: str, topic: str) -> int | None:
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            what = f"reading the offset of group {group!r} on {topic}"
+            try:
+                (part,) = self._group_client(group).committed(
+                    [self._ck.TopicPartition(topic, PARTITION)], timeout=self.timeouts.request_s
+                )
+            except self._ck.KafkaException as exc:
+                raise translate_exception(exc, what) from exc
+            if part.error is not None:
+                raise translate(part.error, what)
+            offset = int(part.offset)
+            return offset if offset >= 0 else None
+
+    def commit(self, group: str, topic: str, offset: int) -> None:
+        if offset < 0:
+            raise OffsetOutOfRange(f"{topic}: cannot commit negative offset {offset}")
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            high = self._reader.watermarks(topic)[1]
+            if offset > high:
+                raise OffsetOutOfRange(f"{topic}: offset {offset} is past the end {high}")
+            what = f"committing offset {offset} of group {group!r} on {topic}"
+            try:
+                parts = self._group_client(group).commit(
+                    offsets=[self._ck.TopicPartition(topic, PARTITION, offset)],
+                    asynchronous=False,
+                )
+            except self._ck.KafkaException as exc:
+                raise translate_exception(exc, what) from exc
+            for part in parts or []:
+                if part.error is not None:
+                    raise translate(part.error, what)
+
+    def member(
+        self, group: str, topic: str, member_id: str, *, session_timeout_s: float
+    ) -> KafkaGroupMember:
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            self._ensure_internal_topics()
+            if self.group_protocol == "consumer":
+                self._admin.set_group_session_timeout(group, session_timeout_s)
+            member = KafkaGroupMember(self, group, topic, member_id, session_timeout_s)
+            self._members.append(member)
+            return member
+
+    # OrderedLog: maintenance.
+
+    def compact(self, topics: Iterable[str] | None = None) -> list[CompactionStats]:
+        """Report only: Kafka's log cleaner compacts and applies retention in the broker."""
+        with self._lock:
+            self._ensure_open()
+            names = list(topics) if topics is not None else sorted(self._registered())
+            stats = []
+            for name in names:
+                started = self._clock.monotonic()
+                self._reader.require_topic(name)
+                low, high = self._reader.watermarks(name)
+                took = self._clock.monotonic() - started
+                stats.append(CompactionStats(name, high - low, high - low, took))
+            log.info(
+                "compact() on Kafka changes nothing: the broker's log cleaner compacts and "
+                "applies retention on its own schedule (%d topics reported)",
+                len(stats),
+            )
+            return stats
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for member in list(self._members):
+                member.close()
+            for client in self._group_clients.values():
+                try:
+                    client.close()
+                except (self._ck.KafkaException, RuntimeError) as exc:
+                    log.debug("closing a Kafka group client: %s", exc)
+            self._group_clients.clear()
+            self._reader.close()
+            self._writer.close()
+
+    # Fencing, with kafka_member.
+
+    def current_epoch(self, group: str) -> int:
+        """The epoch of the group's latest claim (0 if nobody ever claimed it)."""
+        with self._lock:
+            claim = self._fold(self._fences).get(group)
+            return 0 if claim is None else claim.offset + 1
+
+    def claim(self, group: str, member_id: str, generation: int) -> int:
+        """Record that ``member_id`` now owns the group's topic; return the new epoch."""
+        with self._lock:
+            value = orjson.dumps(
+                {"member": member_id, "generation": generation, "ts": self._clock.wall_ms()}
+            )
+            return self._append_raw(self.fence_topic, group, value) + 1
+
+    def forget_member(self, member: KafkaGroupMember) -> None:
+        with self._lock:
+            if member in self._members:
+                self._members.remove(member)
+
+    def _check_fence(self, fence: Fence, topic: str, written: list[int] | None = None) -> None:
+        current = self.current_epoch(fence.group)
+        holder = next(
+            (m for m in self._members if m.group == fence.group and m.epoch == fence.epoch),
+            None,
+        )
+        problem = None
+        if current != fence.epoch:
+            problem = f"the current epoch of group {fence.group!r} is {current}"
+        elif holder is not None and not holder.holds_partition():
+            problem = f"member {holder.member_id!r} no longer holds the partition"
+        if problem is None:
+            return
+        if written:
+            raise FencedError(
+                f"{topic}: records at offsets {written[0]}..{written[-1]} were written with "
+                f"epoch {fence.epoch} but {problem}; a successor owns the group"
+            )
+        raise FencedError(f"{topic}: epoch {fence.epoch} is stale: {problem}")
+
+    # Internals; callers hold self._lock.
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise LogError("the Kafka log handle is closed")
+
+    def _ensure_internal_topics(self) -> None:
+        if not self._internal_ready:
+            for name in (self.fence_topic, self.registry_topic):
+                if not self._reader.exists(name):
+                    self._admin.create(name, TopicPolicy(compacted=True))
+            self._internal_ready = True
+
+    def _registered(self) -> dict[str, TopicPolicy]:
+        return {
+            name: decode_policy(rec.value)
+            for name, rec in self._fold(self._registry).items()
+            if rec.value is not None
+        }
+
+    def _fold(self, folded: _Folded) -> dict[str, Record]:
+        self._ensure_internal_topics()
+        low, high = self._reader.watermarks(folded.topic)
+        start = max(folded.next_offset, low)
+        if high > start:
+            for rec in self._reader.fetch(folded.topic, start, high, high - start):
+                folded.latest[rec.key] = rec
+        folded.next_offset = max(folded.next_offset, high)
+        return folded.latest
+
+    def _append_raw(self, topic: str, key: str, value: bytes) -> int:
+        self._ensure_internal_topics()
+        return self._writer.produce(topic, [(key, value)], 0)[0]
+
+    def _group_client(self, group: str) -> Any:
+        # A group with live members takes commits only from a member: use ours if any.
+        for member in self._members:
+            if member.group == group and member.is_open:
+                return member.consumer
+        client = self._group_clients.get(group)
+        if client is None:
+            try:
+                client = self._ck.Consumer(self.consumer_settings("offsets", {"group.id": group}))
+            except self._ck.KafkaException as exc:
+                raise translate_exception(exc, f"creating a client for group {group}") from exc
+            self._group_clients[group] = client
+        return client
+
+
+class _Folded:
+    """A compacted control topic folded incrementally: the latest record per key."""
+
+    __slots__ = ("latest", "next_offset", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.next_offset = 0
+        self.latest: dict[str, Record] = {}
+
+
+def fold_latest(records: Iterable[Record]) -> dict[str, Record]:
+    """The latest record per key, tombstones removed, late writes of deposed leaders dropped.
+
+    A fenced record (epoch > 0) whose epoch is lower than one already seen in the topic was
+    written by a leader after its successor had written: it is ignored.
+    """
+    latest: dict[str, Record] = {}
+    highest_epoch = 0
+    for rec in records:
+        if rec.epoch:
+            if rec.epoch < highest_epoch:
+                continue
+            highest_epoch = rec.epoch
+        if rec.value is None:
+            latest.pop(rec.key, None)
+        else:
+            latest[rec.key] = rec
+    return latest
+
+
+if TYPE_CHECKING:
+    # mypy checks the classes against the interface they implement.
+    _log: type[OrderedLog] = KafkaLog
+    _member: type[GroupMember] = KafkaGroupMember
