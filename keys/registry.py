@@ -55,6 +55,10 @@ class KeyRegistry:
             raise KeyFileError(f"unknown key state {state!r}") from None
         return [e for e in entries if e.state is wanted]
 
+    def entries(self) -> tuple[Entry, ...]:
+        """Every entry; the same tuple object until the file changes (cheap to cache on)."""
+        return self._file.read()
+
     def get(self, name: str) -> Entry:
         """The name's main (not denied) entry."""
         entry = _main(self._file.read(), name)

@@ -1,0 +1,1 @@
+"""The API between the CLI (and agents' config discovery) and the server."""

@@ -1,0 +1,98 @@
+"""The API contract: every method, who may call it, what it takes and what it returns. Pure.
+
+Transport. The CLI talks to the server's API socket (ROUTER, CurveZMQ server) from a
+DEALER (CurveZMQ client) with one ``ApiRequest`` per call, signed with the user's Ed25519
+identity key (header key id = the key's ``key_id``); the server answers one ``ApiReply``
+with the same ``request_id``, signed with the server's Ed25519 key. The server checks the
+signature against the key registry: the key must be an accepted ``user`` key whose role
+allows the method (``admin`` > ``writer`` > ``reader``).
+
+Methods, parameters (JSON object ``params``) and results (``result``):
+
+    server.info   reader  {}
+                  -> {server_id, incarnation, leader, started_ms, nodes_known, nodes_online,
+                      jobs_active, drops: {socket: {reason: count}}}
+    job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
+                           vote_timeout_s?, env: {K: V}, cwd?, capture: bool}
+                  -> {job: JOB}
+    job.list      reader  {state?: str, limit: 50, offset: 0}
+                  -> {jobs: [JOB without "nodes"], total}   newest first
+    job.status    reader  {job_id} -> {job: JOB}
+    job.watch     reader  {job_id, version: int, wait_s: float <= 30}
+                  -> {job: JOB}  as soon as the job's version is above ``version``, or
+                     when ``wait_s`` passes (then the same version comes back); a
+                     long poll the CLI repeats for a live view
+    job.output    reader  {job_id, node}
+                  -> {job_id, node, exit_status, stdout, stderr, stdout_truncated,
+                      stderr_truncated}
+    job.abort     writer  {job_id} -> {job: JOB}
+    node.list     reader  {} -> {nodes: [NODE...]}
+    node.status   reader  {nodes: [name...]} -> {nodes: [NODE...]}  (NotFound if unknown)
+    key.list      admin   {state?} -> {keys: [ENTRY...]}
+    key.accept    admin   {names: [...]} -> {keys: [ENTRY...]}
+    key.reject    admin   {names: [...]} -> {keys: [ENTRY...]}
+    key.delete    admin   {names: [...]} -> {keys: [ENTRY...]}
+
+    JOB  = the job snapshot of ``server.job.Job.snapshot()`` plus ``version`` (an int that
+           grows with every change of the job): job_id, command, state, quorum,
+           run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
+           nodes {name: {state, exit_status, reason, changed_ms, ...}}
+    NODE = {name, key_state, online, command_endpoint, incarnation, job_id, job_state,
+            last_seen_ms_ago, facts, tags}
+
+Errors come back as ``ok: false`` with ``error.code`` one of ``CODES``; the client raises
+the matching ``ApiError`` subclass (``error_for``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from pushjobs.errors import ApiError, NotFound, Unauthorized
+
+ROLE_RANK: Final = {"reader": 0, "writer": 1, "admin": 2}
+
+METHODS: Final[Mapping[str, str]] = {
+    "server.info": "reader",
+    "job.start": "writer",
+    "job.list": "reader",
+    "job.status": "reader",
+    "job.watch": "reader",
+    "job.output": "reader",
+    "job.abort": "writer",
+    "node.list": "reader",
+    "node.status": "reader",
+    "key.list": "admin",
+    "key.accept": "admin",
+    "key.reject": "admin",
+    "key.delete": "admin",
+}
+"""Method name -> the least role allowed to call it."""
+
+MAX_WATCH_S: Final = 30.0
+
+BAD_REQUEST: Final = "bad_request"
+UNAUTHORIZED: Final = "unauthorized"
+NOT_FOUND: Final = "not_found"
+NOT_LEADER: Final = "not_leader"
+CONFLICT: Final = "conflict"
+INTERNAL: Final = "internal"
+CODES: Final = frozenset({BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, NOT_LEADER, CONFLICT, INTERNAL})
+
+
+def allowed(role: str | None, method: str) -> bool:
+    """Whether a user with ``role`` may call ``method`` (unknown methods: nobody)."""
+    needed = METHODS.get(method)
+    if needed is None or role is None:
+        return False
+    return ROLE_RANK.get(role, -1) >= ROLE_RANK[needed]
+
+
+def error_for(code: str, message: str) -> ApiError:
+    """The exception a client raises for an error reply."""
+    if code == UNAUTHORIZED:
+        return Unauthorized(message)
+    if code == NOT_FOUND:
+        return NotFound(message)
+    return ApiError(message, code=code)

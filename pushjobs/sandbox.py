@@ -1,0 +1,339 @@
+"""A whole pushjobs installation in one directory, on loopback: keys, registry, configs,
+and the server and agents as real processes. ``pushjobs quickstart``, the end-to-end
+tests and the benchmarks all stand on it, so what they exercise is what users run.
+
+Layout under ``root``::
+
+    keys/        server, admin user and node key files
+    registry.json
+    log.db       the server's ordered log
+    server.toml  client.toml  whitelist.toml
+    agents/NAME.toml   state/NAME/   logs/NAME.log (stderr of each process)
+
+Every process is started with its own stdout pipe (for its one ``ready`` line) and its
+stderr in ``logs/``; ``stop()`` ends each by PID (SIGTERM, then SIGKILL) and waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keys import files
+from keys.identity import PrivateIdentity, generate
+from keys.registry import KeyRegistry
+from keys.states import KeyState
+from pushjobs.errors import PushJobsError
+
+DEFAULT_WHITELIST = {
+    "hello": "sh -c 'echo hello from $PUSHJOBS_NODE, job $PUSHJOBS_JOB_ID'",
+    "uptime": "uptime",
+    "true": "true",
+    "false": "false",
+    "sleep-(?P<seconds>[0-9]+)": "sleep {seconds}",
+}
+
+
+class SandboxError(PushJobsError):
+    """A sandbox process did not start or misbehaved."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def toml_text(tables: Mapping[str, Mapping[str, object]]) -> str:
+    lines: list[str] = []
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        lines += [f"{_toml_quote_key(k)} = {_toml_value(v)}" for k, v in table.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_quote_key(key: str) -> str:
+    if key.replace("-", "").replace("_", "").isalnum():
+        return key
+    return _toml_value(key)
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    ready_line: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    nodes: list[str] = field(default_factory=lambda: ["node-1", "node-2", "node-3"])
+    interval_s: float = 0.2
+    offline_threshold: int = 3
+    online_threshold: int = 2
+    whitelist: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_WHITELIST))
+    accept_nodes: bool = True
+    auto_accept: bool = False
+    server_extra: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    user: str = "admin"
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+        self.keys_dir = self.root / "keys"
+        self.registry_path = self.root / "registry.json"
+        self.api = f"tcp://127.0.0.1:{free_port()}"
+        self.heartbeat = f"tcp://127.0.0.1:{free_port()}"
+        self.reply = f"tcp://127.0.0.1:{free_port()}"
+        self.identities: dict[str, PrivateIdentity] = {}
+
+    # --- files ---------------------------------------------------------------------------
+
+    def prepare(self) -> Sandbox:
+        """Write keys, registry and every config file."""
+        for sub in ("agents", "state", "logs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        registry = KeyRegistry(self.registry_path)
+        server = self._identity("server", "server")
+        user = self._identity(self.user, "user")
+        registry.add(user.public, state=KeyState.ACCEPTED, role="admin")
+        for name in self.nodes:
+            node = self._identity(name, "node")
+            if self.accept_nodes:
+                registry.add(node.public, state=KeyState.ACCEPTED)
+        del server
+        self.write_whitelist(self.whitelist)
+        self.server_config_path.write_text(toml_text(self._server_tables()))
+        self.client_config_path.write_text(
+            toml_text(
+                {
+                    "client": {
+                        "server": self.api,
+                        "server_key": str(self.keys_dir / "server.pub"),
+                        "user_key": str(self.keys_dir / f"{self.user}.key"),
+                        "timeout_s": 10.0,
+                    }
+                }
+            )
+        )
+        for name in self.nodes:
+            self.write_agent_config(name)
+        return self
+
+    def _identity(self, name: str, kind: str) -> PrivateIdentity:
+        identity = generate(name, kind)
+        files.save(identity, self.keys_dir, force=True)
+        self.identities[name] = identity
+        return identity
+
+    def _server_tables(self) -> dict[str, Mapping[str, object]]:
+        tables: dict[str, dict[str, object]] = {
+            "server": {
+                "name": "server",
+                "key_file": str(self.keys_dir / "server.key"),
+                "registry": str(self.registry_path),
+                "api_bind": self.api,
+                "heartbeat_bind": self.heartbeat,
+                "reply_bind": self.reply,
+                "auto_accept": self.auto_accept,
+                "leader_session_s": 1.5,
+                "registry_check_s": 0.2,
+            },
+            "liveness": {
+                "interval_s": self.interval_s,
+                "offline_threshold": self.offline_threshold,
+                "online_threshold": self.online_threshold,
+            },
+            "jobs": {"vote_timeout_s": 5.0},
+            "log": {"backend": "sqlite", "path": str(self.root / "log.db")},
+        }
+        for name, extra in self.server_extra.items():
+            tables.setdefault(name, {}).update(extra)
+        return dict(tables)
+
+    def write_whitelist(self, commands: Mapping[str, str]) -> None:
+        self.whitelist_path.write_text(toml_text({"commands": dict(commands)}))
+
+    def write_agent_config(self, name: str, **overrides: object) -> Path:
+        agent: dict[str, object] = {
+            "name": name,
+            "servers": [self.api],
+            "server_key": str(self.keys_dir / "server.pub"),
+            "key_file": str(self.keys_dir / f"{name}.key"),
+            "whitelist": str(self.whitelist_path),
+            "command_bind": "tcp://127.0.0.1:*",
+            "state_dir": str(self.root / "state" / name),
+            "tags": ["sandbox"],
+        }
+        agent.update(overrides)
+        path = self.root / "agents" / f"{name}.toml"
+        path.write_text(toml_text({"agent": agent}))
+        return path
+
+    @property
+    def server_config_path(self) -> Path:
+        return self.root / "server.toml"
+
+    @property
+    def client_config_path(self) -> Path:
+        return self.root / "client.toml"
+
+    @property
+    def whitelist_path(self) -> Path:
+        return self.root / "whitelist.toml"
+
+    # --- processes -------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PUSHJOBS_HOME"] = str(self.root)
+        env["PUSHJOBS_CONFIG"] = str(self.client_config_path)
+        env["PUSHJOBS_KEY_REGISTRY"] = str(self.registry_path)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start_server(self, *, timeout_s: float = 20.0) -> Proc:
+        argv = [sys.executable, "-m", "server.daemon", "--config", str(self.server_config_path)]
+        return self._start("server", argv, "pushjobs-server", timeout_s)
+
+    def start_agent(self, name: str, *, timeout_s: float = 20.0) -> Proc:
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.daemon",
+            "--config",
+            str(self.root / "agents" / f"{name}.toml"),
+        ]
+        return self._start(name, argv, "pushjobs-agent", timeout_s)
+
+    def start_agents(self, names: Iterable[str] | None = None, *, timeout_s: float = 20.0) -> None:
+        names = list(self.nodes if names is None else names)
+        started = [(n, self._spawn(n, self._agent_argv(n))) for n in names]
+        for name, proc in started:
+            self._await_ready(proc, "pushjobs-agent", timeout_s)
+            self.procs[name] = proc
+
+    def _agent_argv(self, name: str) -> list[str]:
+        config = str(self.root / "agents" / f"{name}.toml")
+        return [sys.executable, "-m", "agent.daemon", "--config", config]
+
+    def _start(self, name: str, argv: list[str], marker: str, timeout_s: float) -> Proc:
+        proc = self._spawn(name, argv)
+        self.procs[name] = proc
+        self._await_ready(proc, marker, timeout_s)
+        return proc
+
+    def _spawn(self, name: str, argv: list[str]) -> Proc:
+        old = self.procs.get(name)
+        if old is not None and old.alive():
+            raise SandboxError(f"{name} is already running (pid {old.pid})")
+        log_path = self.root / "logs" / f"{name}.log"
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.root,
+            )
+        return Proc(name, popen, log_path)
+
+    def _await_ready(self, proc: Proc, marker: str, timeout_s: float) -> None:
+        assert proc.popen.stdout is not None
+        fd = proc.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        buffer = b""
+        while b"\n" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or proc.popen.poll() is not None:
+                self._kill(proc)
+                raise SandboxError(
+                    f"{proc.name} did not become ready within {timeout_s:g} s "
+                    f"(exit {proc.popen.returncode}); its log:\n{proc.log_text()[-3000:]}"
+                )
+            readable, _, _ = select.select([fd], [], [], min(remaining, 0.1))
+            if readable:
+                chunk = os.read(fd, 4096)
+                if not chunk and proc.popen.poll() is None:
+                    continue
+                buffer += chunk
+        line = buffer.split(b"\n", 1)[0].decode(errors="replace")
+        if not line.startswith(marker):
+            self._kill(proc)
+            raise SandboxError(f"{proc.name}: unexpected first line {line!r}")
+        proc.ready_line = line
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one process and wait for it to end."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+        proc.popen.wait(timeout=20)
+
+    def _kill(self, proc: Proc) -> None:
+        if proc.popen.poll() is None:
+            proc.popen.kill()
+        proc.popen.wait(timeout=20)
+        if proc.popen.stdout is not None:
+            proc.popen.stdout.close()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End every process this sandbox started: SIGTERM, then SIGKILL; wait for each."""
+        for proc in self.procs.values():
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs.values():
+            try:
+                proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait(timeout=20)
+            if proc.popen.stdout is not None:
+                proc.popen.stdout.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

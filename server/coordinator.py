@@ -1,0 +1,270 @@
+"""The job coordinator: every job of this server, fed by replies, node events and time. Pure.
+
+Theory of operation. Each job is a ``Job`` state machine (``job.py``); the coordinator
+routes inputs to the jobs they concern and returns the effects in order, so the daemon
+can persist the changes before it sends the commands that follow from them.
+
+- ``submit`` creates a job and starts it on the nodes online now;
+- ``reply`` routes a node's ack/nack/result to its job; a reply the job's table does not
+  allow (a result after a timeout, a duplicate re-sent after a failover) is *late*: it is
+  counted and changes nothing;
+- ``node_lost`` (offline, restarted, revoked) crashes the node in every active job;
+- ``node_online`` answers a node that (re)appeared with what it should have got: a
+  ``commit`` while its job votes, a ``run`` while it is ready in a running job. That is how
+  commands lost in a server restart or a network blip are sent again; the agent answers
+  repeats idempotently and never runs a job twice;
+- ``tick`` applies vote and run deadlines.
+
+Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pushjobs.errors import StateError
+from pushjobs.protocol.messages import (
+    Aborted,
+    AckCommit,
+    AckRun,
+    Failed,
+    JobOutput,
+    Message,
+    NackCommit,
+    NackRun,
+    Started,
+    Succeeded,
+)
+from server.job import (
+    TERMINAL_NODE_STATES,
+    Effect,
+    Job,
+    JobChanged,
+    NodeChanged,
+    NodeState,
+    Quorum,
+    Send,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCreated:
+    job_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputReceived:
+    job_id: str
+    node: str
+    output: JobOutput
+    exit_status: int | None
+
+
+Change = Effect | JobCreated | OutputReceived
+
+
+class Coordinator:
+    def __init__(self, keep_finished: int = 10_000) -> None:
+        self.keep_finished = keep_finished
+        self.jobs: dict[str, Job] = {}
+        self.versions: dict[str, int] = {}
+        self.outputs: dict[tuple[str, str], OutputReceived] = {}
+        self.late: Counter[str] = Counter()
+        self._active_by_node: dict[str, set[str]] = {}
+        self._finished: dict[str, None] = {}  # oldest first
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        job_id: str,
+        command: str,
+        targets: Iterable[str],
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        quorum: Quorum,
+        vote_timeout_ms: int,
+        run_timeout_ms: int,
+        options: Mapping[str, Any],
+        requested_by: str,
+    ) -> list[Change]:
+        if job_id in self.jobs:
+            raise StateError(f"job {job_id} exists already")
+        job = Job.new(
+            job_id,
+            command,
+            targets,
+            now_ms,
+            quorum=quorum,
+            vote_timeout_ms=vote_timeout_ms,
+            run_timeout_ms=run_timeout_ms,
+            options=dict(options),
+            requested_by=requested_by,
+        )
+        self._add(job)
+        out: list[Change] = [JobCreated(job_id, now_ms)]
+        out += job.start(online, now_ms)
+        self._after(job, out)
+        return out
+
+    def reply(self, message: Message, now_ms: int) -> list[Change]:
+        """Apply a node's reply; [] (counted in ``late``) if its job cannot take it."""
+        job_id = getattr(message, "job_id", None)
+        job = self.jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None:
+            self.late["unknown_job"] += 1
+            return []
+        node = message.sender
+        out: list[Change] = []
+        try:
+            match message:
+                case AckCommit():
+                    out += job.ack_commit(node, now_ms)
+                case NackCommit(reason=reason):
+                    out += job.nack_commit(node, now_ms, reason)
+                case AckRun():
+                    out += job.ack_run(node, now_ms)
+                case NackRun(reason=reason):
+                    out += job.nack_run(node, now_ms, reason)
+                case Started():
+                    return []
+                case Succeeded(exit_status=status):
+                    out += job.succeeded(node, now_ms, status)
+                case Failed(exit_status=status, reason=reason):
+                    out += job.failed(node, now_ms, status, reason)
+                case Aborted(reason=reason):
+                    out += job.aborted(node, now_ms, reason)
+                case _:
+                    self.late["not_a_reply"] += 1
+                    return []
+        except StateError:
+            self.late[message.TYPE] += 1
+            return []
+        output = getattr(message, "output", None)
+        if isinstance(output, JobOutput):
+            received = OutputReceived(
+                job.job_id, node, output, getattr(message, "exit_status", None)
+            )
+            self.outputs[(job.job_id, node)] = received
+            out.append(received)
+        self._after(job, out)
+        return out
+
+    def node_lost(self, node: str, now_ms: int, reason: str) -> list[Change]:
+        out: list[Change] = []
+        for job_id in list(self._active_by_node.get(node, ())):
+            job = self.jobs[job_id]
+            changes: list[Change] = list(job.node_lost(node, now_ms, reason))
+            self._after(job, changes)
+            out += changes
+        return out
+
+    def node_online(self, node: str) -> list[Send]:
+        """Commands to repeat to a node that (re)appeared; nothing changes state."""
+        out: list[Send] = []
+        for job_id in self._active_by_node.get(node, ()):
+            job = self.jobs[job_id]
+            state = job.nodes[node].state
+            if job.state.value == "voting" and state is NodeState.NEW:
+                out.append(Send("commit", job_id, node))
+            elif job.state.value == "running" and state is NodeState.READY:
+                out.append(Send("run", job_id, node))
+        return out
+
+    def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
+        job = self.jobs[job_id]
+        out: list[Change] = list(job.abort(now_ms, reason))
+        self._after(job, out)
+        return out
+
+    def tick(self, now_ms: int) -> list[Change]:
+        out: list[Change] = []
+        for job in list(self.active()):
+            deadline = job.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                changes: list[Change] = list(job.tick(now_ms))
+                self._after(job, changes)
+                out += changes
+        return out
+
+    def restore(self, job: Job, version: int) -> None:
+        """Put back a job read from the log (recovery)."""
+        self._add(job)
+        self.versions[job.job_id] = version
+        self._index(job, job.nodes)
+        if job.finished:
+            self._retire(job.job_id)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def active(self) -> Iterator[Job]:
+        return (job for job in self.jobs.values() if not job.finished)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for job in self.active() if (d := job.next_deadline_ms()) is not None]
+        return min(deadlines, default=None)
+
+    def view(self, job_id: str) -> dict[str, Any]:
+        snap = self.jobs[job_id].snapshot()
+        snap["version"] = self.versions.get(job_id, 0)
+        return snap
+
+    def targets_pending(self, node: str) -> bool:
+        return bool(self._active_by_node.get(node))
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.job_id] = job
+        self.versions.setdefault(job.job_id, 0)
+
+    def _after(self, job: Job, changes: list[Change]) -> None:
+        if not changes:
+            return
+        self.versions[job.job_id] = self.versions.get(job.job_id, 0) + 1
+        if job.finished:
+            self._index(job, job.nodes)
+            self._retire(job.job_id)
+        elif isinstance(changes[0], JobCreated):
+            self._index(job, job.nodes)
+        else:
+            # Only the nodes that changed: a reply must not cost O(targets).
+            self._index(job, {c.node for c in changes if isinstance(c, NodeChanged)})
+
+    def _index(self, job: Job, names: Iterable[str]) -> None:
+        for name in names:
+            record = job.nodes[name]
+            jobs = self._active_by_node.get(name)
+            if job.finished or record.state in TERMINAL_NODE_STATES:
+                if jobs is not None:
+                    jobs.discard(job.job_id)
+                    if not jobs:
+                        del self._active_by_node[name]
+            else:
+                self._active_by_node.setdefault(name, set()).add(job.job_id)
+
+    def _retire(self, job_id: str) -> None:
+        if job_id in self._finished:
+            return
+        self._finished[job_id] = None
+        while len(self._finished) > self.keep_finished:
+            old = next(iter(self._finished))
+            del self._finished[old]
+            self.jobs.pop(old, None)
+            self.versions.pop(old, None)
+            for key in [k for k in self.outputs if k[0] == old]:
+                del self.outputs[key]
+
+
+def changed_jobs(changes: Iterable[Change]) -> list[str]:
+    """Job ids touched by ``changes``, in first-touch order."""
+    seen: dict[str, None] = {}
+    for change in changes:
+        if isinstance(change, JobChanged | NodeChanged | JobCreated | OutputReceived):
+            seen[change.job_id] = None
+    return list(seen)

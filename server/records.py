@@ -1,0 +1,128 @@
+"""What the server writes to the ordered log: event records and job snapshots. Pure.
+
+Event record (DESIGN section 7), one per state change, keyed ``job:<id>`` or
+``node:<name>``: ``ts``, ``kind`` (job_created, job_state, node_state, node_online,
+node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
+``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from server.coordinator import Change, JobCreated, OutputReceived
+from server.job import Job, JobChanged, NodeChanged
+
+
+def event(
+    kind: str,
+    ts: int,
+    server: str,
+    *,
+    job_id: str | None = None,
+    node: str | None = None,
+    state: str | None = None,
+    prev_state: str | None = None,
+    command: str | None = None,
+    exit_status: int | None = None,
+    duration_ms: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "ts": ts,
+        "kind": kind,
+        "job_id": job_id,
+        "node": node,
+        "state": state,
+        "prev_state": prev_state,
+        "command": command,
+        "exit_status": exit_status,
+        "duration_ms": duration_ms,
+        "server": server,
+        **extra,
+    }
+
+
+def job_events(
+    changes: Iterable[Change], jobs: Mapping[str, Job], server: str
+) -> list[tuple[str, bytes]]:
+    """(key, value) event records for ``changes``, in order."""
+    out: list[tuple[str, bytes]] = []
+    for change in changes:
+        job = jobs.get(change.job_id)
+        if job is None:
+            continue
+        key = f"job:{job.job_id}"
+        match change:
+            case JobCreated(at_ms=at):
+                rec = event(
+                    "job_created",
+                    at,
+                    server,
+                    job_id=job.job_id,
+                    command=job.command,
+                    state="new",
+                    targets=len(job.nodes),
+                    requested_by=job.requested_by,
+                )
+            case JobChanged(prev=prev, state=state, at_ms=at):
+                duration = None if job.finished_ms is None else job.finished_ms - job.created_ms
+                rec = event(
+                    "job_state",
+                    at,
+                    server,
+                    job_id=job.job_id,
+                    command=job.command,
+                    state=state.value,
+                    prev_state=prev.value,
+                    duration_ms=duration if state == job.state and job.finished else None,
+                    summary=job.summary() if job.finished else None,
+                )
+            case NodeChanged(node=node, prev=prev, state=state, at_ms=at):
+                started = job.run_started_ms
+                rec = event(
+                    "node_state",
+                    at,
+                    server,
+                    job_id=job.job_id,
+                    node=node,
+                    command=job.command,
+                    state=state.value,
+                    prev_state=prev.value,
+                    exit_status=change.exit_status,
+                    duration_ms=None if started is None else max(0, at - started),
+                    reason=change.reason or None,
+                )
+            case OutputReceived(node=node, output=output, exit_status=status):
+                rec = event(
+                    "output",
+                    job.nodes[node].changed_ms,
+                    server,
+                    job_id=job.job_id,
+                    node=node,
+                    command=job.command,
+                    exit_status=status,
+                    stdout=output.stdout,
+                    stderr=output.stderr,
+                    stdout_truncated=output.stdout_truncated,
+                    stderr_truncated=output.stderr_truncated,
+                )
+            case _:
+                continue
+        out.append((key, orjson.dumps(rec)))
+    return out
+
+
+def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tuple[str, bytes]:
+    return f"node:{node}", orjson.dumps(event(kind, ts, server, node=node, state=kind[5:], **extra))
+
+
+def snapshot_record(snapshot: Mapping[str, Any]) -> tuple[str, bytes]:
+    return f"job:{snapshot['job_id']}", orjson.dumps(snapshot)
+
+
+def command_record(job_id: str, request: Mapping[str, Any]) -> tuple[str, bytes]:
+    return f"job:{job_id}", orjson.dumps(request)

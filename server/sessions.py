@@ -1,0 +1,75 @@
+"""Per-node HMAC session keys, and the key resolver of the node reply channel.
+
+A node gets a fresh session key with every accepted config request (so keys rotate with
+each server incarnation and whenever a node asks again). The previous key of a node stays
+valid for ``grace_s``: messages the node sent just before it switched keys still verify.
+A revoked node loses every key at once. Each key is bound to its node: a node holding a
+valid key cannot sign for another (``HmacVerifier.owner``).
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass
+
+from pushjobs.errors import UnknownKey
+from pushjobs.protocol.signing import HMAC_SHA256, SESSION_KEY_BYTES, HmacVerifier, Verifier
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    key_id: str
+    node: str
+    secret: bytes
+
+    @property
+    def secret_b64(self) -> str:
+        return base64.b64encode(self.secret).decode("ascii")
+
+
+class SessionKeys:
+    def __init__(self, grace_s: float = 10.0) -> None:
+        self.grace_s = grace_s
+        self._verifiers: dict[str, HmacVerifier] = {}
+        self._current: dict[str, str] = {}  # node -> key id
+        self._retiring: dict[str, float] = {}  # key id -> when it stops verifying
+
+    def issue(self, node: str, now: float) -> SessionKey:
+        """A new key for ``node``; its previous one retires after the grace period."""
+        old = self._current.get(node)
+        if old is not None:
+            self._retiring[old] = now + self.grace_s
+        key = SessionKey("s" + secrets.token_hex(12), node, secrets.token_bytes(SESSION_KEY_BYTES))
+        self._verifiers[key.key_id] = HmacVerifier(key.secret, owner=node)
+        self._current[node] = key.key_id
+        return key
+
+    def revoke(self, node: str) -> bool:
+        """Drop every key of ``node``; True if it had one."""
+        gone = [kid for kid, v in self._verifiers.items() if v.owner == node]
+        for kid in gone:
+            del self._verifiers[kid]
+            self._retiring.pop(kid, None)
+        self._current.pop(node, None)
+        return bool(gone)
+
+    def expire(self, now: float) -> None:
+        for kid, until in list(self._retiring.items()):
+            if until <= now:
+                del self._retiring[kid]
+                self._verifiers.pop(kid, None)
+
+    def resolve(self, method: str, key_id: str) -> Verifier:
+        if method != HMAC_SHA256:
+            raise UnknownKey(f"node messages must be signed with {HMAC_SHA256}")
+        verifier = self._verifiers.get(key_id)
+        if verifier is None:
+            raise UnknownKey(f"unknown session key {key_id[:32]!r}")
+        return verifier
+
+    def nodes(self) -> list[str]:
+        return list(self._current)
+
+    def has(self, node: str) -> bool:
+        return node in self._current

@@ -1,0 +1,99 @@
+"""The server's configuration: one TOML file (``pushjobs-server --config``), env overrides.
+
+    [server]
+    name = "server"                       # must be the name in key_file
+    key_file = "/etc/pushjobs/keys/server.key"
+    registry = "/var/lib/pushjobs/registry.json"
+    api_bind = "tcp://127.0.0.1:7700"       # ROUTER, CurveZMQ: CLI and config discovery
+    heartbeat_bind = "tcp://127.0.0.1:7701" # PUB: signed server heartbeats
+    reply_bind = "tcp://127.0.0.1:7702"     # PULL, CurveZMQ: node heartbeats and replies
+    advertise_host = ""                     # host named to nodes (default: the bind host)
+    auto_accept = false
+    [jobs]      vote_timeout_s, run_timeout_s
+    [liveness]  interval_s, offline_threshold, online_threshold
+    [protocol]  max_header_bytes, max_body_bytes, max_skew_s
+    [log]       backend, path, bootstrap_servers, topic_prefix, ...
+
+Every key has a default, so a file is optional; ``PUSHJOBS_SERVER__API_BIND=...`` and the
+like override it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pushjobs import paths
+from pushjobs.config import LivenessSettings, ProtocolSettings
+from pushjobs.log.factory import LogSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSection:
+    name: str = "server"
+    key_file: Path | None = None
+    """The server's private key; default <home>/keys/<name>.key."""
+    registry: Path | None = None
+    """The key registry; default $PUSHJOBS_KEY_REGISTRY, else <home>/registry.json."""
+    api_bind: str = "tcp://127.0.0.1:7700"
+    heartbeat_bind: str = "tcp://127.0.0.1:7701"
+    reply_bind: str = "tcp://127.0.0.1:7702"
+    advertise_host: str = ""
+    auto_accept: bool = False
+    config_lifetime_s: float = 3600.0
+    """How long a node's config (and its session key) lasts before it asks again."""
+    leader_session_s: float = 5.0
+    """A leader that stops renewing its claim loses it after this long."""
+    registry_check_s: float = 1.0
+    """How often the registry file is checked for revoked keys."""
+    max_open_files: int = 1_048_576
+    """Raise the soft open-file limit towards this (capped by the hard limit)."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        for name in ("api_bind", "heartbeat_bind", "reply_bind"):
+            value = getattr(self, name)
+            if "://" not in value:
+                yield name, f"expected an endpoint like tcp://127.0.0.1:7700, got {value!r}"
+        if self.config_lifetime_s <= 0:
+            yield "config_lifetime_s", "must be greater than 0"
+        if self.leader_session_s <= 0:
+            yield "leader_session_s", "must be greater than 0"
+        if self.registry_check_s <= 0:
+            yield "registry_check_s", "must be greater than 0"
+
+    def key_path(self) -> Path:
+        return self.key_file if self.key_file is not None else paths.keys_dir() / f"{self.name}.key"
+
+    def registry_path(self) -> Path:
+        return self.registry if self.registry is not None else paths.registry_path()
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    vote_timeout_s: float = 30.0
+    """Default time nodes have to ack or nack a commit."""
+    run_timeout_s: float = 3600.0
+    """Default run timeout when a job names none."""
+    max_nodes: int = 100_000
+    keep_finished: int = 10_000
+    """Finished jobs kept in memory for job list/status (all stay in the log)."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        if self.vote_timeout_s <= 0:
+            yield "vote_timeout_s", "must be greater than 0"
+        if self.run_timeout_s <= 0:
+            yield "run_timeout_s", "must be greater than 0"
+        if self.max_nodes < 1:
+            yield "max_nodes", "must be at least 1"
+        if self.keep_finished < 1:
+            yield "keep_finished", "must be at least 1"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    server: ServerSection = field(default_factory=ServerSection)
+    jobs: JobSettings = field(default_factory=JobSettings)
+    liveness: LivenessSettings = field(default_factory=LivenessSettings)
+    protocol: ProtocolSettings = field(default_factory=ProtocolSettings)
+    log: LogSettings = field(default_factory=LogSettings)

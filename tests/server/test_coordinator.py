@@ -1,0 +1,141 @@
+"""The coordinator: routing replies and node events to jobs, late replies, resends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pushjobs.errors import StateError
+from pushjobs.protocol.messages import (
+    AckCommit,
+    AckRun,
+    Failed,
+    JobOutput,
+    NackCommit,
+    Started,
+    Succeeded,
+)
+from server.coordinator import Coordinator, JobCreated, OutputReceived, changed_jobs
+from server.job import JobChanged, NodeChanged, Quorum, Send
+
+T0 = 1_700_000_000_000
+
+
+def env(seq: int = 1, sender: str = "n1") -> dict[str, Any]:
+    return {"sender": sender, "incarnation": "i", "sequence": seq, "timestamp": T0}
+
+
+def submit(coord: Coordinator, job_id: str = "j1", targets=("n1", "n2"), online=("n1", "n2")):
+    return coord.submit(
+        job_id,
+        "true",
+        targets,
+        online,
+        T0,
+        quorum=Quorum(),
+        vote_timeout_ms=1000,
+        run_timeout_ms=5000,
+        options={},
+        requested_by="alice",
+    )
+
+
+def test_submit_creates_then_starts_and_sends_commits() -> None:
+    coord = Coordinator()
+    out = submit(coord)
+    assert isinstance(out[0], JobCreated)
+    assert [s.node for s in out if isinstance(s, Send) and s.kind == "commit"] == ["n1", "n2"]
+    assert coord.versions["j1"] == 1
+    assert coord.jobs["j1"].state.value == "voting"
+
+
+def test_duplicate_job_id_is_refused() -> None:
+    coord = Coordinator()
+    submit(coord)
+    with pytest.raises(StateError):
+        submit(coord)
+
+
+def test_full_run_to_complete_with_output() -> None:
+    coord = Coordinator()
+    submit(coord)
+    coord.reply(AckCommit(job_id="j1", **env(1, "n1")), T0 + 1)
+    out = coord.reply(AckCommit(job_id="j1", **env(1, "n2")), T0 + 2)
+    assert {s.node for s in out if isinstance(s, Send) and s.kind == "run"} == {"n1", "n2"}
+    coord.reply(AckRun(job_id="j1", **env(2, "n1")), T0 + 3)
+    assert coord.reply(Started(job_id="j1", pid=5, **env(3, "n1")), T0 + 3) == []
+    output = JobOutput(stdout="hi\n")
+    out = coord.reply(
+        Succeeded(job_id="j1", exit_status=0, duration_ms=1, output=output, **env(4, "n1")), T0 + 4
+    )
+    assert any(isinstance(c, OutputReceived) and c.output.stdout == "hi\n" for c in out)
+    out = coord.reply(
+        Failed(job_id="j1", exit_status=2, reason="exit status 2", duration_ms=1, **env(2, "n2")),
+        T0 + 5,
+    )
+    assert JobChanged("j1", out[-1].prev, out[-1].state, T0 + 5) == out[-1]  # type: ignore[union-attr]
+    assert coord.jobs["j1"].state.value == "complete"
+    assert coord.outputs[("j1", "n1")].output.stdout == "hi\n"
+    assert not coord.targets_pending("n1") and not coord.targets_pending("n2")
+
+
+def test_late_and_unknown_replies_are_counted_and_change_nothing() -> None:
+    coord = Coordinator()
+    submit(coord)
+    version = coord.versions["j1"]
+    assert coord.reply(AckRun(job_id="j1", **env()), T0) == []  # not running yet
+    assert coord.reply(AckCommit(job_id="nope", **env()), T0) == []
+    assert coord.late == {"ack_run": 1, "unknown_job": 1}
+    assert coord.versions["j1"] == version
+
+
+def test_node_lost_crashes_it_in_every_active_job() -> None:
+    coord = Coordinator()
+    submit(coord, "j1")
+    submit(coord, "j2", targets=("n1",), online=("n1",))
+    out = coord.node_lost("n1", T0 + 1, "node went offline")
+    crashed = [c for c in out if isinstance(c, NodeChanged) and c.state.value == "crashed"]
+    assert {c.job_id for c in crashed} == {"j1", "j2"}
+    assert coord.node_lost("n1", T0 + 2, "again") == []
+
+
+def test_node_online_resends_commit_while_voting_and_run_while_ready() -> None:
+    coord = Coordinator()
+    submit(coord, targets=("n1", "n2"), online=("n1", "n2"))
+    assert coord.node_online("n1") == [Send("commit", "j1", "n1")]
+    coord.reply(AckCommit(job_id="j1", **env(1, "n1")), T0)
+    assert coord.node_online("n1") == []  # voted: nothing to repeat while voting
+    coord.reply(AckCommit(job_id="j1", **env(1, "n2")), T0)
+    assert coord.node_online("n1") == [Send("run", "j1", "n1")]
+    coord.reply(AckRun(job_id="j1", **env(2, "n1")), T0)
+    assert coord.node_online("n1") == []  # running: its result will come
+
+
+def test_tick_applies_the_vote_deadline() -> None:
+    coord = Coordinator()
+    submit(coord)
+    coord.reply(NackCommit(job_id="j1", reason="busy", **env(1, "n1")), T0)
+    assert coord.next_deadline_ms() == T0 + 1000
+    assert coord.tick(T0 + 999) == []
+    out = coord.tick(T0 + 1000)
+    assert coord.jobs["j1"].state.value == "quorum_failed"
+    assert changed_jobs(out) == ["j1"]
+    assert coord.next_deadline_ms() is None
+
+
+def test_finished_jobs_beyond_the_limit_are_forgotten() -> None:
+    coord = Coordinator(keep_finished=2)
+    for i in range(4):
+        submit(coord, f"j{i}", targets=("n1",), online=())
+    assert sorted(coord.jobs) == ["j2", "j3"]
+
+
+def test_restore_indexes_active_nodes() -> None:
+    first = Coordinator()
+    submit(first)
+    job = first.jobs["j1"]
+    second = Coordinator()
+    second.restore(job, 7)
+    assert second.versions["j1"] == 7
+    assert second.node_online("n2") == [Send("commit", "j1", "n2")]

@@ -1,0 +1,134 @@
+"""Session keys of the reply channel; API signatures checked against the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keys.fingerprint import key_id
+from keys.identity import b64, generate
+from keys.registry import KeyRegistry
+from keys.states import KeyState
+from pushjobs.errors import SignatureError, UnknownKey
+from pushjobs.protocol.framing import DEFAULT_LIMITS
+from pushjobs.protocol.messages import ApiRequest, ConfigRequest, NodeHeartbeat
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import Ed25519Signer, HmacSigner
+from server.auth import RegistryKeys, open_api_frames
+from server.sessions import SessionKeys
+
+NOW_MS = 1_700_000_000_000
+
+
+def heartbeat_frames(node: str, key_id_: str, secret: bytes) -> list[bytes]:
+    outbox = Outbox(node, "inc", HmacSigner(key_id_, secret))
+    return outbox.frames(NodeHeartbeat, NOW_MS, command_endpoint="tcp://127.0.0.1:1")
+
+
+def test_issued_key_verifies_only_its_own_node() -> None:
+    from pushjobs.protocol.framing import open_frames
+
+    sessions = SessionKeys()
+    key = sessions.issue("n1", now=0.0)
+    msg = open_frames(heartbeat_frames("n1", key.key_id, key.secret), sessions.resolve)
+    assert msg.sender == "n1"
+    with pytest.raises(SignatureError, match="does not belong"):
+        open_frames(heartbeat_frames("n2", key.key_id, key.secret), sessions.resolve)
+
+
+def test_a_rotated_key_keeps_working_for_the_grace_period_then_stops() -> None:
+    sessions = SessionKeys(grace_s=10)
+    old = sessions.issue("n1", now=0.0)
+    new = sessions.issue("n1", now=1.0)
+    sessions.expire(now=10.9)
+    assert sessions.resolve("hmac-sha256", old.key_id).owner == "n1"
+    sessions.expire(now=11.0)
+    with pytest.raises(UnknownKey):
+        sessions.resolve("hmac-sha256", old.key_id)
+    assert sessions.resolve("hmac-sha256", new.key_id).owner == "n1"
+
+
+def test_revoke_drops_every_key_of_the_node() -> None:
+    sessions = SessionKeys()
+    a = sessions.issue("n1", now=0.0)
+    b = sessions.issue("n1", now=0.0)
+    assert sessions.revoke("n1")
+    for key in (a, b):
+        with pytest.raises(UnknownKey):
+            sessions.resolve("hmac-sha256", key.key_id)
+    assert not sessions.has("n1") and not sessions.revoke("n1")
+
+
+def test_ed25519_is_not_a_session_method() -> None:
+    with pytest.raises(UnknownKey):
+        SessionKeys().resolve("ed25519", "whatever")
+
+
+def _config_request(identity, sender: str | None = None, public: bytes | None = None):
+    pub = public if public is not None else identity.public.ed25519_public
+    signer = Ed25519Signer(key_id(identity.public.ed25519_public), identity.signing_key())
+    return Outbox(sender or identity.name, "inc", signer).frames(
+        ConfigRequest,
+        NOW_MS,
+        command_endpoint="tcp://127.0.0.1:5",
+        ed25519_public=b64(pub),
+        curve_public=identity.public.curve_public,
+    )
+
+
+def test_unknown_node_config_request_is_accepted_self_signed(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    node = generate("n1", "node")
+    message = open_api_frames(_config_request(node), keys, DEFAULT_LIMITS)
+    assert isinstance(message, ConfigRequest) and message.sender == "n1"
+
+
+def test_self_signed_request_must_carry_the_key_it_is_signed_with(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    node, other = generate("n1", "node"), generate("n2", "node")
+    with pytest.raises(SignatureError, match="does not match"):
+        open_api_frames(
+            _config_request(node, public=other.public.ed25519_public), keys, DEFAULT_LIMITS
+        )
+
+
+def test_unknown_user_api_request_is_an_unknown_key(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    user = generate("alice", "user")
+    signer = Ed25519Signer(key_id(user.public.ed25519_public), user.signing_key())
+    frames = Outbox("alice", "i", signer).frames(
+        ApiRequest, NOW_MS, request_id="r", method="job.list"
+    )
+    with pytest.raises(UnknownKey):
+        open_api_frames(frames, keys, DEFAULT_LIMITS)
+
+
+def test_registered_user_is_resolved_and_index_follows_the_file(tmp_path: Path) -> None:
+    registry = KeyRegistry(tmp_path / "reg.json")
+    keys = RegistryKeys(registry)
+    user = generate("alice", "user")
+    signer = Ed25519Signer(key_id(user.public.ed25519_public), user.signing_key())
+    outbox = Outbox("alice", "i", signer)
+    registry.add(user.public, state=KeyState.ACCEPTED, role="writer")
+    msg = open_api_frames(
+        outbox.frames(ApiRequest, NOW_MS, request_id="r", method="job.list"), keys, DEFAULT_LIMITS
+    )
+    assert msg.sender == "alice"
+    registry.delete(["alice"])
+    with pytest.raises(UnknownKey):
+        open_api_frames(
+            outbox.frames(ApiRequest, NOW_MS, request_id="r2", method="job.list"),
+            keys,
+            DEFAULT_LIMITS,
+        )
+
+
+def test_a_user_cannot_sign_as_another_sender(tmp_path: Path) -> None:
+    registry = KeyRegistry(tmp_path / "reg.json")
+    user = generate("alice", "user")
+    registry.add(user.public, state=KeyState.ACCEPTED, role="admin")
+    signer = Ed25519Signer(key_id(user.public.ed25519_public), user.signing_key())
+    frames = Outbox("bob", "i", signer).frames(ApiRequest, NOW_MS, request_id="r", method="x")
+    with pytest.raises(SignatureError, match="does not belong"):
+        open_api_frames(frames, RegistryKeys(registry), DEFAULT_LIMITS)
