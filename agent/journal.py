@@ -1,7 +1,9 @@
 """The agent's journal: every job id this node has seen, in a local SQLite file.
 
 A job id is written (and synced) before the agent acks its commit, so after a crash, a
-restart or a server failover that re-sends ``run``, the job never starts twice.
+restart or a server failover that re-sends ``run``, the job never starts twice. Each job's
+outcome (the reply that ended it) is kept too, so it can be sent again to a server that
+restarted and lost it: results survive a failover.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class Journal:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS seen (job_id TEXT PRIMARY KEY, at_ms INTEGER)"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS outcomes"
+                " (job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, body BLOB NOT NULL,"
+                " at_ms INTEGER NOT NULL)"
+            )
         except sqlite3.Error as exc:
             self._db.close()
             raise JournalError(f"{path}: cannot open the job journal: {exc}") from exc
@@ -39,6 +46,30 @@ class Journal:
             self._db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (job_id, at_ms))
         except sqlite3.Error as exc:
             raise JournalError(f"{self.path}: cannot record job {job_id}: {exc}") from exc
+
+    def store_outcome(self, job_id: str, kind: str, body: bytes, at_ms: int) -> None:
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO outcomes VALUES (?, ?, ?, ?)", (job_id, kind, body, at_ms)
+            )
+        except sqlite3.Error as exc:
+            raise JournalError(
+                f"{self.path}: cannot record the outcome of {job_id}: {exc}"
+            ) from exc
+
+    def outcome(self, job_id: str) -> tuple[str, bytes] | None:
+        row = self._db.execute(
+            "SELECT kind, body FROM outcomes WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), bytes(row[1]))
+
+    def last_outcome(self, since_ms: int) -> tuple[str, str, bytes] | None:
+        """(job id, kind, body) of the most recent outcome recorded after ``since_ms``."""
+        row = self._db.execute(
+            "SELECT job_id, kind, body FROM outcomes WHERE at_ms >= ? ORDER BY at_ms DESC LIMIT 1",
+            (since_ms,),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]), bytes(row[2]))
 
     def close(self) -> None:
         self._db.close()

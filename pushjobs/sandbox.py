@@ -205,7 +205,9 @@ class Sandbox:
         }
         agent.update(overrides)
         path = self.root / "agents" / f"{name}.toml"
-        path.write_text(toml_text({"agent": agent}))
+        path.write_text(
+            toml_text({"agent": agent, "discovery": {"splay_s": 0.3, "backoff_max_s": 2.0}})
+        )
         return path
 
     @property
@@ -263,8 +265,11 @@ class Sandbox:
 
     def _spawn(self, name: str, argv: list[str]) -> Proc:
         old = self.procs.get(name)
-        if old is not None and old.alive():
-            raise SandboxError(f"{name} is already running (pid {old.pid})")
+        if old is not None:
+            if old.alive():
+                raise SandboxError(f"{name} is already running (pid {old.pid})")
+            if old.popen.stdout is not None:
+                old.popen.stdout.close()
         log_path = self.root / "logs" / f"{name}.log"
         with log_path.open("ab") as log:
             popen = subprocess.Popen(

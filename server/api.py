@@ -170,8 +170,8 @@ class ApiHandlers:
         if not isinstance(limit, int) or not isinstance(offset, int) or limit < 1 or offset < 0:
             raise bad("'limit' must be >= 1 and 'offset' >= 0")
         coord = self.b.coordinator
-        jobs = [j for j in coord.jobs.values() if state is None or j.state.value == state]
-        jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
+        # Jobs are kept in creation order (recovery restores them so): newest first.
+        jobs = [j for j in reversed(coord.jobs.values()) if state is None or j.state.value == state]
         rows = []
         for job in jobs[offset : offset + limit]:
             view = coord.view(job.job_id)

@@ -176,6 +176,24 @@ class Coordinator:
                 out.append(Send("run", job_id, node))
         return out
 
+    def unreported(self, node: str, busy_with: str | None) -> list[Send]:
+        """``run`` again for jobs a node should be running but says it is not busy with.
+
+        A node that finished a job and whose result never arrived (sent while no leader
+        listened) answers a repeated ``run`` with its stored outcome; one that never had
+        the job answers ``nack_run``. Either way the job learns the truth.
+        """
+        out: list[Send] = []
+        for job_id in self._active_by_node.get(node, ()):
+            job = self.jobs[job_id]
+            if (
+                job_id != busy_with
+                and job.state.value == "running"
+                and job.nodes[node].state in (NodeState.READY, NodeState.RUNNING)
+            ):
+                out.append(Send("run", job_id, node))
+        return out
+
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
         job = self.jobs[job_id]
         out: list[Change] = list(job.abort(now_ms, reason))

@@ -25,7 +25,7 @@ import secrets
 import signal
 import sys
 from base64 import b64decode
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,6 @@ from pushjobs.errors import (
     OversizedFrame,
     ProtocolError,
     PushJobsError,
-    TransportError,
     UnknownKey,
 )
 from pushjobs.log.base import Fence, GroupMember, OrderedLog
@@ -69,6 +68,7 @@ from pushjobs.protocol.messages import (
     ConfigReply,
     ConfigRequest,
     ErrorBody,
+    Message,
     NodeConfig,
     NodeHeartbeat,
     Run,
@@ -139,6 +139,8 @@ class Server:
         self.api_outbox = Outbox(self.name, self.incarnation, signer, self.api_limits)
 
         self.registry = KeyRegistry(section.registry_path(), clock=self.clock)
+        # The ZAP handler runs on its own thread: it gets its own handle (and file cache).
+        self.zap_registry = KeyRegistry(section.registry_path(), clock=self.clock)
         self.keys = RegistryKeys(self.registry)
         live = config.liveness
         self.liveness = LivenessTracker(
@@ -191,9 +193,12 @@ class Server:
         self.next_beat = now
         self.next_lease = now
         self.next_registry = now + section.registry_check_s
+        self.next_compact = now + section.compact_every_s if section.compact_every_s else None
         self.recovery_deadline: float | None = None
         self.recovering: set[str] = set()
         self.counters: Counter[str] = Counter()
+        self.standby_replies: deque[Message] = deque(maxlen=100_000)
+        self.asked: dict[tuple[str, str], float] = {}
 
     # --- leadership and recovery ------------------------------------------------------------
 
@@ -229,6 +234,11 @@ class Server:
         now_ms = self.clock.wall_ms()
         for request in found.unstarted:
             self._revive_unstarted(request, now_ms)
+        replayed = len(self.standby_replies)
+        while self.standby_replies:
+            self.changes += self.coordinator.reply(self.standby_replies.popleft(), now_ms)
+        if replayed:
+            log.info("applied %d job replies received while standing by", replayed)
         active = list(self.coordinator.active())
         self.recovering = {
             name
@@ -322,6 +332,7 @@ class Server:
         if now >= self.next_registry:
             self._check_revoked(now, now_ms)
             self.sessions.expire(now)
+            self.asked = {k: t for k, t in self.asked.items() if now - t < 60.0}
             self.next_registry = now + self.config.server.registry_check_s
         if self.recovery_deadline is not None and now >= self.recovery_deadline:
             for name in self.recovering:
@@ -333,6 +344,20 @@ class Server:
             self.recovery_deadline = None
         if self.leader:
             self.changes += self.coordinator.tick(now_ms)
+        if self.next_compact is not None and now >= self.next_compact:
+            self._compact()
+            self.next_compact = now + self.config.server.compact_every_s
+
+    def _compact(self) -> None:
+        started = self.clock.monotonic()
+        try:
+            stats = self.log.compact()
+        except LogError as exc:
+            log.error("log compaction failed: %s", exc)
+            return
+        dropped = sum(s.records_before - s.records_after for s in stats)
+        took = self.clock.monotonic() - started
+        log.info("log compacted: %d records dropped in %.2f s", dropped, took)
 
     # --- node channel -------------------------------------------------------------------------
 
@@ -361,8 +386,20 @@ class Server:
                         self.changes += self.coordinator.node_lost(
                             event.node, now_ms, "node restarted (new incarnation)"
                         )
+                if self.leader and self.coordinator.targets_pending(msg.sender):
+                    self._ask_unreported(msg.sender, msg.job_id, now)
             elif self.leader:
                 self.changes += self.coordinator.reply(msg, now_ms)
+            else:
+                # No leader yet (a restart waiting for the old lease): keep results for it.
+                self.standby_replies.append(msg)
+
+    def _ask_unreported(self, node: str, busy_with: str | None, now: float) -> None:
+        for send in self.coordinator.unreported(node, busy_with):
+            key = (send.job_id, node)
+            if now - self.asked.get(key, float("-inf")) >= 2.0:
+                self.asked[key] = now
+                self.sends.append(send)
 
     def _node_online(self, node: str, now_ms: int) -> None:
         log.info("node %s online", node)
@@ -380,7 +417,7 @@ class Server:
 
     def _node_allowed(self, curve_public: str) -> bool:
         """ZAP check of the reply channel: only accepted node keys may connect."""
-        entry = self.registry.by_curve_key(curve_public)
+        entry = self.zap_registry.by_curve_key(curve_public)
         return entry is not None and entry.kind == "node" and entry.state is KeyState.ACCEPTED
 
     def _check_revoked(self, now: float, now_ms: int) -> None:
@@ -845,8 +882,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = load_config(ServerConfig, args.config)
         server = Server(config)
-    except (PushJobsError, TransportError) as exc:
-        sys.stderr.write(f"pushjobs-server: error: {exc}\n")
+    except PushJobsError as exc:
+        hint = ""
+        if isinstance(exc, KeyFileError) and "no such key file" in str(exc):
+            hint = " (create it with: pushjobs key gen server --kind server)"
+        sys.stderr.write(f"pushjobs-server: error: {exc}{hint}\n")
         raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
 
     def stop(signum: int, frame: object) -> None:

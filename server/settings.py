@@ -47,6 +47,8 @@ class ServerSection:
     """A leader that stops renewing its claim loses it after this long."""
     registry_check_s: float = 1.0
     """How often the registry file is checked for revoked keys."""
+    compact_every_s: float = 3600.0
+    """Apply compaction and retention to the log this often (0: never; see ``log compact``)."""
     max_open_files: int = 1_048_576
     """Raise the soft open-file limit towards this (capped by the hard limit)."""
 
@@ -59,6 +61,8 @@ class ServerSection:
             yield "config_lifetime_s", "must be greater than 0"
         if self.leader_session_s <= 0:
             yield "leader_session_s", "must be greater than 0"
+        if self.compact_every_s < 0:
+            yield "compact_every_s", "must not be negative (0 turns it off)"
         if self.registry_check_s <= 0:
             yield "registry_check_s", "must be greater than 0"
 

@@ -139,3 +139,14 @@ def test_restore_indexes_active_nodes() -> None:
     second.restore(job, 7)
     assert second.versions["j1"] == 7
     assert second.node_online("n2") == [Send("commit", "j1", "n2")]
+
+
+def test_unreported_asks_again_for_running_jobs_the_node_says_it_is_not_busy_with() -> None:
+    coord = Coordinator()
+    submit(coord, targets=("n1",), online=("n1",))
+    assert coord.unreported("n1", None) == []  # voting: nothing to ask
+    coord.reply(AckCommit(job_id="j1", **env(1, "n1")), T0)
+    assert coord.unreported("n1", "j1") == []  # busy with it: its result will come
+    assert coord.unreported("n1", None) == [Send("run", "j1", "n1")]
+    coord.reply(Succeeded(job_id="j1", exit_status=0, duration_ms=1, **env(2, "n1")), T0)
+    assert coord.unreported("n1", None) == []

@@ -1,0 +1,112 @@
+"""Config discovery: ask a server for this node's config, one bounded attempt at a time.
+
+The request is signed with the node's Ed25519 identity key and carries its public keys (so
+an unknown node can enrol as ``pending``); it travels over a DEALER that is a CurveZMQ
+client of the server, pinned to the server key from the agent's config. The answer must
+be signed by that same server key. Each attempt gets a fresh socket, closed afterwards:
+a DEALER whose peer is dead would otherwise keep the request queued forever.
+
+Between attempts the daemon waits as tenacity's random exponential backoff says
+(``backoff_s``), trying every configured server in turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import tenacity
+import zmq
+
+from keys.fingerprint import key_id
+from keys.identity import PrivateIdentity, PublicIdentity, b64
+from pushjobs.errors import UnknownKey
+from pushjobs.protocol.framing import Limits
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.messages import ConfigReply, ConfigRequest
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import Verifier, ed25519_verifier
+from pushjobs.transport.sockets import CurveKeys, Transport
+
+REPLY_LIMITS = Limits(max_header_bytes=2048, max_body_bytes=1024 * 1024)
+
+
+def server_resolver(server: PublicIdentity) -> tuple[str, Verifier]:
+    """The server's key id and verifier (bound to its name): all an agent ever trusts."""
+    return key_id(server.ed25519_public), ed25519_verifier(server.ed25519_public, owner=server.name)
+
+
+def backoff_s(attempt: int, minimum_s: float, maximum_s: float) -> float:
+    """tenacity's full-jitter exponential wait before attempt number ``attempt + 1``."""
+    wait = tenacity.wait_random_exponential(multiplier=minimum_s, max=maximum_s)
+    state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+    state.attempt_number = max(1, attempt)
+    return max(minimum_s / 2, float(wait(state)))
+
+
+class Discovery:
+    def __init__(
+        self,
+        transport: Transport,
+        identity: PrivateIdentity,
+        server: PublicIdentity,
+        outbox: Outbox,
+        max_skew_s: float = 300.0,
+    ) -> None:
+        self.transport = transport
+        self.identity = identity
+        self.server = server
+        self.outbox = outbox
+        server_kid, verifier = server_resolver(server)
+
+        def resolve(method: str, key_id: str) -> Verifier:
+            if key_id != server_kid:
+                raise UnknownKey(f"config reply signed by an unknown key {key_id[:32]!r}")
+            return verifier
+
+        self.inbox = Inbox(resolve, max_skew_s, REPLY_LIMITS)
+
+    def attempt(
+        self,
+        endpoint: str,
+        command_endpoint: str,
+        facts: dict[str, str],
+        tags: tuple[str, ...],
+        timeout_s: float,
+    ) -> ConfigReply | None:
+        """The server's answer, or None if none came in time (or it did not verify)."""
+        public = self.identity.public
+        sock = self.transport.socket(
+            "dealer",
+            connect=endpoint,
+            hwm=4,
+            curve_client=CurveKeys(public.curve_public, self.identity.curve_secret),
+            server_public=self.server.curve_public,
+        )
+        try:
+            frames = self.outbox.frames(
+                ConfigRequest,
+                time.time_ns() // 1_000_000,
+                command_endpoint=command_endpoint,
+                ed25519_public=b64(public.ed25519_public),
+                curve_public=public.curve_public,
+                facts=facts,
+                tags=tags,
+            )
+            sock.send_multipart(frames, zmq.NOBLOCK)
+            deadline = time.monotonic() + timeout_s
+            while (remaining := deadline - time.monotonic()) > 0:
+                if not sock.poll(round(remaining * 1000), zmq.POLLIN):
+                    return None
+                received = self.inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
+                if received is not None and isinstance(received.message, ConfigReply):
+                    return received.message
+            return None
+        except zmq.ZMQError:
+            return None
+        finally:
+            self.transport.close_socket(sock)
+
+
+def session_key(b64_text: str) -> bytes:
+    return base64.b64decode(b64_text, validate=True)

@@ -1,0 +1,142 @@
+"""End-to-end fixtures: a real server and real agents as processes on 127.0.0.1.
+
+Each fleet lives in its own temporary directory (``pushjobs.sandbox``); every process it
+starts is stopped by PID when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pushjobs.api.client import ApiClient
+from pushjobs.errors import ApiError, Unreachable
+from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
+from tests.support import wait_until
+
+TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+
+# Commands the tests need on every node; each names what it proves.
+WHITELIST = {
+    **DEFAULT_WHITELIST,
+    # exits 3 with a message on node-2 only
+    "fail-on-2": 'sh -c \'if [ "$PUSHJOBS_NODE" = node-2 ]; then echo boom >&2; exit 3; fi; '
+    "echo fine'",
+    # records its pid, then sleeps: lets a test check the process is gone
+    "sleeper": "sh -c 'echo $$ > \"$PUSHJOBS_HOME/pid-$PUSHJOBS_NODE\"; exec sleep 60'",
+    # counts its runs per node, slowly enough to kill the server in between
+    "count-slowly": "sh -c 'sleep 1.5; echo x >> \"$PUSHJOBS_HOME/count-$PUSHJOBS_NODE\"'",
+}
+
+
+class Fleet:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self._client: ApiClient | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.sandbox.root
+
+    @property
+    def client(self) -> ApiClient:
+        if self._client is None:
+            self._client = ApiClient.from_files(
+                self.sandbox.api,
+                self.root / "keys" / "server.pub",
+                self.root / "keys" / f"{self.sandbox.user}.key",
+                timeout_s=10.0,
+            )
+        return self._client
+
+    def reconnect(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return self.client.call(method, params or {})
+
+    def node(self, name: str) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = self.call("node.status", {"nodes": [name]})["nodes"]
+        return rows[0]
+
+    def wait_online(self, names: list[str] | None = None, timeout_s: float = 20.0) -> None:
+        wanted = names or self.sandbox.nodes
+        wait_until(lambda: all(self.node(n)["online"] for n in wanted), timeout_s, 0.05)
+
+    def wait_offline(self, name: str, timeout_s: float = 20.0) -> None:
+        wait_until(lambda: not self.node(name)["online"], timeout_s, 0.05)
+
+    def start(self, command: str, nodes: list[str] | None = None, **params: Any) -> dict[str, Any]:
+        request = {"command": command, "nodes": nodes or self.sandbox.nodes, **params}
+        job: dict[str, Any] = self.call("job.start", request)["job"]
+        return job
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        job: dict[str, Any] = self.call("job.status", {"job_id": job_id})["job"]
+        return job
+
+    def status_or_none(self, job_id: str) -> dict[str, Any] | None:
+        """The job, or None while a restarted server is not serving yet."""
+        try:
+            return self.status(job_id)
+        except Unreachable:
+            self.reconnect()
+            return None
+        except ApiError as exc:
+            if exc.code == "not_leader":
+                return None
+            raise
+
+    def wait_job(self, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        def finished() -> dict[str, Any] | None:
+            job = self.status_or_none(job_id)
+            return job if job is not None and job["state"] in TERMINAL else None
+
+        return wait_until(finished, timeout_s, 0.05)
+
+    def wait_node_state(self, job_id: str, node: str, state: str, timeout_s: float = 20.0) -> None:
+        wait_until(lambda: self.status(job_id)["nodes"][node]["state"] == state, timeout_s, 0.05)
+
+    def close(self) -> None:
+        self.reconnect()
+        self.sandbox.stop()
+
+
+def make_fleet(tmp_path: Path, **options: Any) -> Fleet:
+    options.setdefault("whitelist", WHITELIST)
+    sandbox = Sandbox(tmp_path / "fleet", **options).prepare()
+    fleet = Fleet(sandbox)
+    try:
+        sandbox.start_server()
+        sandbox.start_agents()
+    except BaseException:
+        sandbox.stop()
+        raise
+    return fleet
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """A server and three accepted agents, all online."""
+    fleet = make_fleet(tmp_path)
+    try:
+        fleet.wait_online()
+        yield fleet
+    finally:
+        fleet.close()
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """One fleet for the tests that leave it as they found it."""
+    fleet = make_fleet(tmp_path_factory.mktemp("shared"))
+    try:
+        fleet.wait_online()
+        yield fleet
+    finally:
+        fleet.close()

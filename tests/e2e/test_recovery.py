@@ -1,0 +1,85 @@
+"""Crashes end to end: agents killed or restarted mid-run, the server killed and restarted."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+from tests.e2e.conftest import Fleet
+
+
+def _kill_leftover(pidfile: Path) -> None:
+    """An agent killed with SIGKILL cannot kill its job; the test cleans up after it."""
+    try:
+        pid = int(pidfile.read_text())
+    except (OSError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def test_agent_killed_mid_run_is_crashed(fleet: Fleet) -> None:
+    job = fleet.start("sleeper", ["node-1", "node-2"])
+    fleet.wait_node_state(job["job_id"], "node-1", "running")
+    fleet.sandbox.kill("node-1", signal.SIGKILL)
+    try:
+        fleet.wait_node_state(job["job_id"], "node-1", "crashed")
+        status = fleet.status(job["job_id"])
+        assert status["nodes"]["node-1"]["reason"] == "node went offline"
+        assert status["nodes"]["node-2"]["state"] == "running"
+        fleet.call("job.abort", {"job_id": job["job_id"]})
+        assert fleet.wait_job(job["job_id"])["state"] == "aborted"
+    finally:
+        _kill_leftover(fleet.root / "pid-node-1")
+
+
+def test_agent_restarted_mid_run_is_crashed(fleet: Fleet) -> None:
+    job = fleet.start("sleeper", ["node-1"])
+    fleet.wait_node_state(job["job_id"], "node-1", "running")
+    fleet.sandbox.kill("node-1", signal.SIGKILL)
+    try:
+        fleet.sandbox.start_agent("node-1")  # back before the offline threshold passes
+        done = fleet.wait_job(job["job_id"])
+        assert done["state"] == "complete"
+        assert done["nodes"]["node-1"]["state"] == "crashed"
+        assert "restarted" in done["nodes"]["node-1"]["reason"]
+    finally:
+        _kill_leftover(fleet.root / "pid-node-1")
+
+
+def test_server_killed_mid_job_finishes_it_after_restart_without_running_twice(
+    fleet: Fleet,
+) -> None:
+    job = fleet.start("count-slowly")
+    for name in fleet.sandbox.nodes:
+        fleet.wait_node_state(job["job_id"], name, "running")
+    fleet.sandbox.kill("server", signal.SIGKILL)
+    fleet.reconnect()
+    fleet.sandbox.start_server()
+    done = fleet.wait_job(job["job_id"], timeout_s=40)
+    assert done["state"] == "complete"
+    assert done["summary"] == {"succeeded": 3}
+    for name in fleet.sandbox.nodes:
+        assert (fleet.root / f"count-{name}").read_text() == "x\n"
+    # The new leader serves new jobs too.
+    again = fleet.start("true")
+    assert fleet.wait_job(again["job_id"])["state"] == "complete"
+
+
+def test_server_killed_while_voting_resends_the_commit(fleet: Fleet) -> None:
+    # node-3 is stopped so the job cannot finish voting before the kill... it is unavailable
+    # at start; the others vote at once, so kill right after start and check no double run.
+    job = fleet.start("count-slowly", ["node-1", "node-2"])
+    fleet.sandbox.kill("server", signal.SIGKILL)
+    fleet.reconnect()
+    fleet.sandbox.start_server()
+    done = fleet.wait_job(job["job_id"], timeout_s=40)
+    assert done["state"] in ("complete", "quorum_failed")
+    for name in ("node-1", "node-2"):
+        counter = fleet.root / f"count-{name}"
+        runs = counter.read_text().count("x") if counter.exists() else 0
+        assert runs <= 1
+        if done["nodes"][name]["state"] == "succeeded":
+            assert runs == 1
