@@ -96,6 +96,7 @@ log = logging.getLogger("pushjobs.server")
 BATCH = 4096
 MAX_WAIT_S = 0.25  # bounds how long a signal waits to be noticed
 API_MAX_BYTES = 32 * 1024 * 1024  # API replies (job lists, node lists) may be large
+API_WINDOWS = 100_000  # client processes whose replay windows are remembered
 
 
 @dataclass(slots=True)
@@ -151,6 +152,7 @@ class Server:
         self.reply_inbox = Inbox(self.sessions.resolve, proto.max_skew_s, self.limits)
         self.api_replay = ReplayWindow(proto.max_skew_s)
         self.api_drops: Counter[str] = Counter()
+        self.api_clients: deque[str] = deque()
         self.coordinator = Coordinator(config.jobs.keep_finished)
         self.handlers = ApiHandlers(self)
         self.node_curve: dict[str, str] = {}
@@ -447,9 +449,7 @@ class Server:
         now_ms = self.clock.wall_ms()
         try:
             message = open_api_frames(body, self.keys, self.limits)
-            self.api_replay.check(
-                message.sender, message.incarnation, message.sequence, message.timestamp, now_ms
-            )
+            self._check_api_replay(message, now_ms)
         except UnknownKey as exc:
             self.api_drops[reason_for(exc)] += 1
             self._refuse_unknown(identity, body, now_ms)
@@ -463,6 +463,22 @@ class Server:
             self._on_request(identity, message)
         else:
             self.api_drops["unexpected"] += 1
+
+    def _check_api_replay(self, message: Message, now_ms: int) -> None:
+        """Replay check per client process, not per user.
+
+        One user runs many CLI processes at once (a ``--watch`` here, a ``job list``
+        there), each its own incarnation; a window per sender would retire all but the
+        newest. Each (sender, incarnation) gets its own window, the oldest forgotten past
+        ``API_WINDOWS``; a replay older than that is still refused by the timestamp skew.
+        """
+        key = f"{message.sender}/{message.incarnation}"
+        first = self.api_replay.current(key) is None
+        self.api_replay.check(key, message.incarnation, message.sequence, message.timestamp, now_ms)
+        if first:
+            self.api_clients.append(key)
+            if len(self.api_clients) > API_WINDOWS:
+                self.api_replay.forget(self.api_clients.popleft())
 
     def _refuse_unknown(self, identity: bytes, body: list[bytes], now_ms: int) -> None:
         """Tell a user whose key the server does not know, instead of letting them time out.

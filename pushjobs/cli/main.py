@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from pushjobs import __version__
-from pushjobs.cli import key, log
+from pushjobs.cli import job, key, log, node
+from pushjobs.cli.quickstart import quickstart
 
 app = typer.Typer(
     name="pushjobs",
@@ -16,6 +17,9 @@ app = typer.Typer(
 )
 app.add_typer(key.app, name="key")
 app.add_typer(log.app, name="log")
+app.add_typer(job.app, name="job")
+app.add_typer(node.app, name="node")
+app.command("quickstart")(quickstart)
 
 
 def _version(value: bool) -> None:

@@ -38,7 +38,7 @@ def _wait_online(client: ApiClient, names: list[str], timeout_s: float) -> None:
         if time.monotonic() >= deadline:
             offline = [row["name"] for row in rows if not row["online"]]
             raise Unreachable(f"nodes not online after {timeout_s:g} s: {', '.join(offline)}")
-        time.sleep(0.05)  # noqa: the server is a separate process; this bounds the poll
+        time.sleep(0.05)  # the server is another process: a bounded poll
 
 
 def _follow(client: ApiClient, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:

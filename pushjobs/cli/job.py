@@ -1,0 +1,274 @@
+"""``pushjobs job``: start jobs, follow them, read their output, abort them."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pushjobs.api.client import ApiClient
+from pushjobs.cli import jobview, userconfig
+from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.errors import ApiError
+from server.job import JobState, Quorum
+
+app = typer.Typer(help="Start, follow, inspect and abort jobs.", no_args_is_help=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Client config (default: $PUSHJOBS_CONFIG, else ~/.config/pushjobs/config.toml).",
+        show_default=False,
+    ),
+]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server", help="Server API endpoint, overriding the config.", show_default=False
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(Exit.USAGE))
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not name.replace("_", "a").isalnum():
+            raise usage(f"--env expects NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def follow(client: ApiClient, job: dict[str, Any], *, show_progress: bool) -> dict[str, Any]:
+    """Long-poll the job until it ends, redrawing one progress line on a terminal."""
+    started = time.monotonic()
+    tty = show_progress and sys.stderr.isatty()
+    while job["state"] not in jobview.TERMINAL:
+        if tty:
+            sys.stderr.write(
+                "\r" + jobview.progress_line(job, time.monotonic() - started) + "\x1b[K"
+            )
+            sys.stderr.flush()
+        params = {"job_id": job["job_id"], "version": job["version"], "wait_s": 10.0}
+        job = client.call("job.watch", params)["job"]
+    if tty:
+        sys.stderr.write("\r\x1b[K")
+    return job
+
+
+def finish(job: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(job)
+    else:
+        typer.echo(jobview.node_table(job))
+        typer.echo(f"job {job['job_id']} {job['state']}: {jobview.summary_text(job)}")
+    raise typer.Exit(int(jobview.exit_code_for(job)))
+
+
+@app.command("start")
+@handle_errors
+def start(
+    command: Annotated[str, typer.Argument(help="A command name the agents whitelist.")],
+    nodes: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NODE...", help="Names, globs (web-*), or queries (os=linux,tag=web)."
+        ),
+    ],
+    quorum: Annotated[
+        str,
+        typer.Option("--quorum", help="Nodes that must be ready: a count (3) or a percent (75%)."),
+    ] = "100%",
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Run timeout, seconds.", show_default=False)
+    ] = None,
+    vote_timeout: Annotated[
+        float | None,
+        typer.Option("--vote-timeout", help="Seconds nodes have to accept.", show_default=False),
+    ] = None,
+    capture: Annotated[
+        bool,
+        typer.Option(
+            "--capture", help="Keep stdout/stderr of every node (failures always keep theirs)."
+        ),
+    ] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="NAME=VALUE for the command; repeatable.", show_default=False),
+    ] = None,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", help="Working directory on the nodes.", show_default=False),
+    ] = None,
+    nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run COMMAND on the selected nodes and wait for every node to finish.
+
+    Exit code 0 only if every node succeeded; 1 some failed, 3 quorum failed,
+    4 timed out, 5 aborted, 6 server unreachable, 2 bad arguments.
+
+    Example: pushjobs job start uptime 'web-*' --quorum 90% --timeout 60 --capture
+    """
+    try:
+        Quorum.parse(quorum)
+    except ValueError as exc:
+        raise usage(str(exc)) from None
+    for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
+        if value is not None and value <= 0:
+            raise usage(f"{name} must be greater than 0")
+    params: dict[str, Any] = {
+        "command": command,
+        "nodes": nodes,
+        "quorum": quorum,
+        "capture": capture,
+        "env": parse_env(env or []),
+        "cwd": cwd,
+    }
+    if timeout is not None:
+        params["timeout_s"] = timeout
+    if vote_timeout is not None:
+        params["vote_timeout_s"] = vote_timeout
+    with userconfig.connect(config, server) as client:
+        job = client.call("job.start", params)["job"]
+        if nowait:
+            if as_json:
+                print_json(job)
+            else:
+                typer.echo(job["job_id"])
+            return
+        job = follow(client, job, show_progress=not as_json)
+    finish(job, as_json)
+
+
+@app.command("list")
+@handle_errors
+def list_jobs(
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only jobs in this state.", show_default=False)
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip the newest N.")] = 0,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs, newest first.
+
+    Example: pushjobs job list --state running
+    """
+    if state is not None and state not in {s.value for s in JobState}:
+        raise usage(f"unknown state {state!r}: one of {', '.join(s.value for s in JobState)}")
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    if state is not None:
+        params["state"] = state
+    with userconfig.connect(config, server) as client:
+        result = client.call("job.list", params)
+    if as_json:
+        print_json(result)
+        return
+    rows = [
+        {
+            "id": j["job_id"],
+            "command": j["command"],
+            "state": j["state"],
+            "nodes": j["targets"],
+            "summary": jobview.summary_text(j),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["created_ms"] / 1000)),
+        }
+        for j in result["jobs"]
+    ]
+    typer.echo(table(rows, ("id", "command", "state", "nodes", "summary", "created")))
+    typer.echo(f"{len(rows)} of {result['total']} jobs")
+
+
+@app.command("status")
+@handle_errors
+def status(
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    watch: Annotated[bool, typer.Option("--watch", help="Follow until the job ends.")] = False,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job and the state of each of its nodes (exit code as for job start).
+
+    Example: pushjobs job status 1a2b3c --watch
+    """
+    with userconfig.connect(config, server) as client:
+        job = client.call("job.status", {"job_id": job_id})["job"]
+        if watch:
+            job = follow(client, job, show_progress=not as_json)
+    if not watch and job["state"] not in jobview.TERMINAL:
+        if as_json:
+            print_json(job)
+        else:
+            typer.echo(jobview.node_table(job))
+            typer.echo(f"job {job['job_id']} {job['state']}: {jobview.summary_text(job)}")
+        return
+    finish(job, as_json)
+
+
+@app.command("output")
+@handle_errors
+def output(
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    channel: Annotated[str, typer.Option("--channel", help="stdout or stderr.")] = "stdout",
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print what a node's command wrote (kept with --capture, and for every failure).
+
+    Example: pushjobs job output 1a2b3c web-01 --channel stderr
+    """
+    if channel not in ("stdout", "stderr"):
+        raise usage("--channel must be stdout or stderr")
+    with userconfig.connect(config, server) as client:
+        result = client.call("job.output", {"job_id": job_id, "node": node})
+    if as_json:
+        print_json(result)
+        return
+    sys.stdout.write(result[channel])
+    if result[f"{channel}_truncated"]:
+        typer.echo(f"(only the tail of {channel} was kept)", err=True)
+
+
+@app.command("abort")
+@handle_errors
+def abort(
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Abort a job: unfinished nodes are told to kill the command.
+
+    Example: pushjobs job abort 1a2b3c
+    """
+    with userconfig.connect(config, server) as client:
+        try:
+            job = client.call("job.abort", {"job_id": job_id})["job"]
+        except ApiError as exc:
+            if exc.code != "conflict":
+                raise
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(int(Exit.FAILED)) from None
+    if as_json:
+        print_json(job)
+    else:
+        typer.echo(f"job {job_id} {job['state']}: {jobview.summary_text(job)}")

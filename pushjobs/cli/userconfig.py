@@ -1,0 +1,84 @@
+"""The CLI user's config file: which server to talk to, and with which key.
+
+    [client]
+    server = "tcp://10.0.0.5:7700"          # the server's API endpoint
+    server_key = "~/.config/pushjobs/server.pub"
+    user_key = "~/.config/pushjobs/alice.key"  # private, mode 0600
+    timeout_s = 10.0
+
+Found at ``--config``, else ``$PUSHJOBS_CONFIG``, else
+``$XDG_CONFIG_HOME/pushjobs/config.toml`` (``~/.config/pushjobs/config.toml``). Every key
+can be overridden from the environment (``PUSHJOBS_CLIENT__SERVER=...``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pushjobs.api.client import ApiClient
+from pushjobs.config import load_config
+from pushjobs.errors import ConfigError
+
+SAMPLE = """[client]
+server = "tcp://127.0.0.1:7700"
+server_key = "/etc/pushjobs/server.pub"
+user_key = "~/.config/pushjobs/alice.key\""""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSection:
+    server: str = ""
+    server_key: Path | None = None
+    user_key: Path | None = None
+    timeout_s: float = 10.0
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        if self.timeout_s <= 0:
+            yield "timeout_s", "must be greater than 0"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    client: ClientSection = field(default_factory=ClientSection)
+
+
+def default_path() -> Path:
+    explicit = os.environ.get("PUSHJOBS_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "pushjobs" / "config.toml"
+
+
+def load(path: Path | None, server: str | None = None) -> ClientSection:
+    where = path or default_path()
+    config = load_config(ClientConfig, where if where.exists() or path else None)
+    section = config.client
+    endpoint = server or section.server
+    missing = [
+        name
+        for name, value in (
+            ("server", endpoint),
+            ("server_key", section.server_key),
+            ("user_key", section.user_key),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(
+            f"the CLI needs client.{missing[0]}; create {where} like this:\n{SAMPLE}",
+            path=str(where),
+        )
+    return ClientSection(endpoint, section.server_key, section.user_key, section.timeout_s)
+
+
+def connect(path: Path | None, server: str | None = None) -> ApiClient:
+    section = load(path, server)
+    assert section.server_key is not None and section.user_key is not None
+    return ApiClient.from_files(
+        section.server, section.server_key, section.user_key, timeout_s=section.timeout_s
+    )
