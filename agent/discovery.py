@@ -99,8 +99,9 @@ class Discovery:
                 if not sock.poll(round(remaining * 1000), zmq.POLLIN):
                     return None
                 received = self.inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
-                if received is not None and isinstance(received.message, ConfigReply):
-                    return received.message
+                reply = None if received is None else received.message
+                if isinstance(reply, ConfigReply) and reply.node == public.name:
+                    return reply
             return None
         except zmq.ZMQError:
             return None

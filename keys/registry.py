@@ -38,7 +38,27 @@ class KeyRegistry:
         self.path = path
         self._file = RegistryFile(path)
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._indexed: tuple[Entry, ...] | None = None
+        self._by_name: dict[str, Entry] = {}
+        self._by_curve: dict[str, Entry] = {}
         self._file.read()  # a corrupt registry fails at startup, not at the first node
+
+    def _index(self) -> tuple[dict[str, Entry], dict[str, Entry]]:
+        """Main entries by name and by CurveZMQ key, rebuilt only when the file changed.
+
+        A server of 50,000 nodes looks names up on every config request and revocation
+        check: a scan per lookup would be O(n^2) over an enrolment wave.
+        """
+        entries = self._file.read()
+        if entries is not self._indexed:
+            main = [e for e in entries if e.state is not KeyState.DENIED]
+            by_name: dict[str, Entry] = {}
+            by_curve: dict[str, Entry] = {}
+            for entry in main:
+                by_name.setdefault(entry.name, entry)
+                by_curve.setdefault(entry.curve_public, entry)
+            self._by_name, self._by_curve, self._indexed = by_name, by_curve, entries
+        return self._by_name, self._by_curve
 
     def _now(self, now_ms: int | None) -> int:
         return self._clock.wall_ms() if now_ms is None else now_ms
@@ -61,13 +81,13 @@ class KeyRegistry:
 
     def get(self, name: str) -> Entry:
         """The name's main (not denied) entry."""
-        entry = _main(self._file.read(), name)
+        entry = self.find(name)
         if entry is None:
             raise UnknownIdentity(f"no key named {name!r} in {self.path}")
         return entry
 
     def find(self, name: str) -> Entry | None:
-        return _main(self._file.read(), name)
+        return self._index()[0].get(name)
 
     def is_authorized(self, name: str, fingerprint: str) -> bool:
         entry = self.find(name)
@@ -79,10 +99,7 @@ class KeyRegistry:
 
     def by_curve_key(self, curve_public: str) -> Entry | None:
         """The main entry holding this CurveZMQ key, for the ZAP handler."""
-        for entry in self._file.read():
-            if entry.curve_public == curve_public and entry.state is not KeyState.DENIED:
-                return entry
-        return None
+        return self._index()[1].get(curve_public)
 
     # --- changing -----------------------------------------------------------------------
 
@@ -107,6 +124,38 @@ class KeyRegistry:
             entries.append(entry)
         return entry
 
+    def add_many(
+        self,
+        publics: Iterable[PublicIdentity],
+        *,
+        state: KeyState = KeyState.PENDING,
+        now_ms: int | None = None,
+    ) -> int:
+        """Register many node or server keys in one write (bulk enrolment); all or nothing.
+
+        A name registered already with the same keys is left as it is; with other keys it
+        is a conflict, and nothing is written. Returns how many entries were added.
+        """
+        if state is KeyState.DENIED:
+            raise KeyStateError("denied entries are only recorded when a node presents a key")
+        at = self._now(now_ms)
+        with self._file.edit() as entries:
+            names = {e.name: e for e in entries if e.state is not KeyState.DENIED}
+            added = 0
+            for public in publics:
+                existing = names.get(public.name)
+                if existing is not None:
+                    if existing.same_key(public):
+                        continue
+                    raise KeyStateError(
+                        f"{public.name} is already registered with other keys; delete it first"
+                    )
+                entry = Entry.new(public, state, None, at)
+                entries.append(entry)
+                names[public.name] = entry
+                added += 1
+            return added
+
     def present(
         self,
         name: str,
@@ -120,6 +169,9 @@ class KeyRegistry:
         """A node shows up with these keys: record it if new, and return its state."""
         public = PublicIdentity(name, check_kind(kind), ed25519_pub, curve_pub)
         # Known keys are the common case (every reconnect): answer them without the lock.
+        main = self.find(name)
+        if main is not None and main.same_key(public):
+            return main.state
         known = _known_state(self._file.read(), public)
         if known is not None:
             return known

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +87,30 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log_path: Path
     ready_line: str = ""
+    rest: bytes = b""  # stdout read past the ready line
+
+    def read_line(self, timeout_s: float) -> str:
+        """The next stdout line, waiting at most ``timeout_s``; SandboxError if none."""
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.rest:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(f"{self.name}: no output line within {timeout_s:g} s")
+            readable, _, _ = select.select([fd], [], [], min(remaining, 0.1))
+            if readable:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise SandboxError(f"{self.name} closed its output:\n{self.log_text()[-2000:]}")
+                self.rest += chunk
+        line, self.rest = self.rest.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    def send_line(self, text: str) -> None:
+        assert self.popen.stdin is not None, "started without a stdin pipe"
+        self.popen.stdin.write(text.encode() + b"\n")
+        self.popen.stdin.flush()
 
     @property
     def pid(self) -> int:
@@ -253,6 +277,48 @@ class Sandbox:
             self._await_ready(proc, "pushjobs-agent", timeout_s)
             self.procs[name] = proc
 
+    def start_simulator(
+        self,
+        name: str,
+        nodes: int,
+        *,
+        first: int = 0,
+        args: Sequence[str] = (),
+        enroll: bool = True,
+        timeout_s: float = 60.0,
+    ) -> Proc:
+        """A ``pushjobs simulate run`` process playing ``nodes`` nodes (enrolled first).
+
+        Its stdin is a pipe: ``Proc.send_line`` controls it, ``Proc.read_line`` reads its
+        answers.
+        """
+        from agent.simkeys import SimKeys
+
+        if enroll:
+            KeyRegistry(self.registry_path).add_many(
+                SimKeys().publics(first, nodes), state=KeyState.ACCEPTED
+            )
+        argv = [
+            sys.executable,
+            "-m",
+            "pushjobs.cli.main",
+            "simulate",
+            "run",
+            "--api",
+            self.api,
+            "--server-key",
+            str(self.keys_dir / "server.pub"),
+            "--nodes",
+            str(nodes),
+            "--first",
+            str(first),
+            *args,
+        ]
+        proc = self._spawn(name, argv, stdin=True)
+        self.procs[name] = proc
+        self._await_ready(proc, "pushjobs-simulate", timeout_s)
+        return proc
+
     def _agent_argv(self, name: str) -> list[str]:
         config = str(self.root / "agents" / f"{name}.toml")
         return [sys.executable, "-m", "agent.daemon", "--config", config]
@@ -263,7 +329,7 @@ class Sandbox:
         self._await_ready(proc, marker, timeout_s)
         return proc
 
-    def _spawn(self, name: str, argv: list[str]) -> Proc:
+    def _spawn(self, name: str, argv: list[str], *, stdin: bool = False) -> Proc:
         old = self.procs.get(name)
         if old is not None:
             if old.alive():
@@ -276,7 +342,7 @@ class Sandbox:
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 env=self.env(),
                 cwd=self.root,
             )
@@ -301,7 +367,8 @@ class Sandbox:
                 if not chunk and proc.popen.poll() is None:
                     continue
                 buffer += chunk
-        line = buffer.split(b"\n", 1)[0].decode(errors="replace")
+        first, proc.rest = buffer.split(b"\n", 1)
+        line = first.decode(errors="replace")
         if not line.startswith(marker):
             self._kill(proc)
             raise SandboxError(f"{proc.name}: unexpected first line {line!r}")
@@ -334,8 +401,10 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 proc.popen.kill()
                 proc.popen.wait(timeout=20)
-            if proc.popen.stdout is not None:
-                proc.popen.stdout.close()
+            for stream in (proc.popen.stdout, proc.popen.stdin):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
 
     def __enter__(self) -> Sandbox:
         return self

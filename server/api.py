@@ -80,6 +80,14 @@ def _names(params: Mapping[str, Any], name: str) -> list[str]:
     return list(value)
 
 
+def _with_nodes(params: Mapping[str, Any]) -> bool:
+    """``nodes: false`` asks for the job's summary without its per-node table."""
+    value = params.get("nodes", True)
+    if not isinstance(value, bool):
+        raise bad("'nodes' must be true or false")
+    return value
+
+
 def _entry(entry: Entry) -> dict[str, Any]:
     return {
         "name": entry.name,
@@ -172,15 +180,11 @@ class ApiHandlers:
         coord = self.b.coordinator
         # Jobs are kept in creation order (recovery restores them so): newest first.
         jobs = [j for j in reversed(coord.jobs.values()) if state is None or j.state.value == state]
-        rows = []
-        for job in jobs[offset : offset + limit]:
-            view = coord.view(job.job_id)
-            view["targets"] = len(view.pop("nodes"))
-            rows.append(view)
+        rows = [coord.view(job.job_id, nodes=False) for job in jobs[offset : offset + limit]]
         return {"jobs": rows, "total": len(jobs)}
 
     def job_status(self, params: Mapping[str, Any], caller: str) -> Any:
-        return {"job": self.b.coordinator.view(self._job_id(params))}
+        return {"job": self.b.coordinator.view(self._job_id(params), nodes=_with_nodes(params))}
 
     def job_watch(self, params: Mapping[str, Any], caller: str) -> Any:
         job_id = self._job_id(params)
@@ -191,7 +195,7 @@ class ApiHandlers:
         if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or wait_s < 0:
             raise bad("'wait_s' must be a number >= 0")
         if self.b.coordinator.versions.get(job_id, 0) > version or wait_s == 0:
-            return {"job": self.b.coordinator.view(job_id)}
+            return {"job": self.b.coordinator.view(job_id, nodes=_with_nodes(params))}
         return WATCH
 
     def job_output(self, params: Mapping[str, Any], caller: str) -> Any:

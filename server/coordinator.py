@@ -227,8 +227,8 @@ class Coordinator:
         deadlines = [d for job in self.active() if (d := job.next_deadline_ms()) is not None]
         return min(deadlines, default=None)
 
-    def view(self, job_id: str) -> dict[str, Any]:
-        snap = self.jobs[job_id].snapshot()
+    def view(self, job_id: str, *, nodes: bool = True) -> dict[str, Any]:
+        snap = self.jobs[job_id].snapshot(nodes=nodes)
         snap["version"] = self.versions.get(job_id, 0)
         return snap
 

@@ -35,6 +35,7 @@ import orjson
 import zmq
 
 from keys import files
+from keys.entry import Entry
 from keys.fingerprint import key_id
 from keys.identity import b64
 from keys.registry import KeyRegistry
@@ -97,6 +98,7 @@ BATCH = 4096
 MAX_WAIT_S = 0.25  # bounds how long a signal waits to be noticed
 API_MAX_BYTES = 32 * 1024 * 1024  # API replies (job lists, node lists) may be large
 API_WINDOWS = 100_000  # client processes whose replay windows are remembered
+LAG_BUCKETS = 2001  # heartbeat send-to-tracker lag histogram: 1 ms buckets, the last is >= 2 s
 
 
 @dataclass(slots=True)
@@ -106,6 +108,7 @@ class Watch:
     job_id: str
     version: int
     deadline: float
+    nodes: bool = True
 
 
 class Server:
@@ -199,8 +202,10 @@ class Server:
         self.recovery_deadline: float | None = None
         self.recovering: set[str] = set()
         self.counters: Counter[str] = Counter()
+        self.heartbeat_lag_ms = [0] * LAG_BUCKETS
         self.standby_replies: deque[Message] = deque(maxlen=100_000)
         self.asked: dict[tuple[str, str], float] = {}
+        self.checked_entries: tuple[Entry, ...] | None = None
 
     # --- leadership and recovery ------------------------------------------------------------
 
@@ -372,6 +377,10 @@ class Server:
                 continue
             msg = received.message
             if isinstance(msg, NodeHeartbeat):
+                lag = now_ms - msg.timestamp
+                self.heartbeat_lag_ms[
+                    lag if 0 <= lag < LAG_BUCKETS else (0 if lag < 0 else -1)
+                ] += 1
                 events = self.nodes.heartbeat(
                     msg.sender,
                     msg.incarnation,
@@ -404,12 +413,14 @@ class Server:
                 self.sends.append(send)
 
     def _node_online(self, node: str, now_ms: int) -> None:
+        self.counters["node_online"] += 1
         log.info("node %s online", node)
         self.node_records.append(records.node_event("node_online", node, now_ms, self.name))
         if self.leader:
             self.sends += self.coordinator.node_online(node)
 
     def _node_offline(self, event: NodeOffline, now_ms: int, reason: str) -> None:
+        self.counters["node_offline"] += 1
         log.info("node %s offline (%s)", event.node, reason)
         self.node_records.append(
             records.node_event("node_offline", event.node, now_ms, self.name, reason=reason)
@@ -423,6 +434,12 @@ class Server:
         return entry is not None and entry.kind == "node" and entry.state is KeyState.ACCEPTED
 
     def _check_revoked(self, now: float, now_ms: int) -> None:
+        # Sessions are only issued to accepted keys: nothing to revoke until the file
+        # changes. With 50,000 nodes a full pass costs tens of milliseconds.
+        entries = self.registry.entries()
+        if entries is self.checked_entries:
+            return
+        self.checked_entries = entries
         for node in self.sessions.nodes():
             entry = self.registry.find(node)
             if entry is not None and entry.state is KeyState.ACCEPTED:
@@ -517,7 +534,7 @@ class Server:
             )
             status = state.value
         except (KeyFileError, ValueError) as exc:
-            self._config_reply(identity, "rejected", f"refused: {exc}", None, now_ms)
+            self._config_reply(identity, req.sender, "rejected", f"refused: {exc}", None)
             return
         if state is not KeyState.ACCEPTED:
             message = {
@@ -527,7 +544,7 @@ class Server:
                 "denied": f"another key is registered for {req.sender}; this one is denied",
             }[status]
             log.info("config request from %s: %s", req.sender, status)
-            self._config_reply(identity, status, message, None, now_ms)
+            self._config_reply(identity, req.sender, status, message, None)
             return
         now = self.clock.monotonic()
         session = self.sessions.issue(req.sender, now)
@@ -555,13 +572,23 @@ class Server:
             lifetime_s=self.config.server.config_lifetime_s,
         )
         log.info("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
-        self._config_reply(identity, "accepted", "", config, now_ms)
+        self._config_reply(identity, req.sender, "accepted", "", config)
 
     def _config_reply(
-        self, identity: bytes, status: str, message: str, config: NodeConfig | None, now_ms: int
+        self,
+        identity: bytes,
+        node: str,
+        status: str,
+        message: str,
+        config: NodeConfig | None,
     ) -> None:
         frames = self.api_outbox.frames(
-            ConfigReply, now_ms, status=status, message=message, config=config
+            ConfigReply,
+            self.clock.wall_ms(),
+            node=node,
+            status=status,
+            message=message,
+            config=config,
         )
         self.api_out.append((identity, frames))
 
@@ -603,6 +630,7 @@ class Server:
                     str(req.params["job_id"]),
                     int(req.params.get("version", -1)),
                     self.clock.monotonic() + wait_s,
+                    req.params.get("nodes", True) is not False,
                 )
             )
             return
@@ -651,6 +679,15 @@ class Server:
             "jobs_active": sum(1 for _ in self.coordinator.active()),
             "late_replies": dict(self.coordinator.late),
             "drops": drops,
+            "heartbeats": sum(self.heartbeat_lag_ms),
+            # Sparse histogram {ms: count} of wall time from a heartbeat's timestamp to the
+            # tracker: sender's queue, the wire and this server's receive batch together.
+            "heartbeat_lag_ms": {str(i): n for i, n in enumerate(self.heartbeat_lag_ms) if n},
+            "transitions": {
+                "online": self.counters["node_online"],
+                "offline": self.counters["node_offline"],
+            },
+            "command_sockets": self.channels.command_sockets,
         }
 
     def start_job(self, request: JobRequest, caller: str) -> str:
@@ -835,6 +872,8 @@ class Server:
             )
         elif send.kind == "run":
             frames = self.outbox.frames(Run, now_ms, node=send.node, job_id=job.job_id)
+            # A heartbeat built before this run arrived says "idle": not a reason to ask again.
+            self.asked[(job.job_id, send.node)] = self.clock.monotonic()
         else:
             frames = self.outbox.frames(Abort, now_ms, node=send.node, job_id=job.job_id)
         self.channels.send_command(info.command_endpoint, curve, frames)
@@ -848,9 +887,8 @@ class Server:
             if current is None:
                 self._api_error_id(watch, methods.NOT_FOUND, f"no job {watch.job_id!r}")
             elif current > watch.version or now >= watch.deadline:
-                self._api_ok(
-                    watch.identity, watch.request_id, {"job": self.coordinator.view(watch.job_id)}
-                )
+                view = self.coordinator.view(watch.job_id, nodes=watch.nodes)
+                self._api_ok(watch.identity, watch.request_id, {"job": view})
             else:
                 keep.append(watch)
                 continue

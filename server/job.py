@@ -226,6 +226,12 @@ class Job:
     run_started_ms: int | None = None
     run_deadline_ms: int | None = None
     finished_ms: int | None = None
+    # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
+    # a 50,000-node job costs O(n^2) to finish.
+    _counts: Counter[NodeState] = field(default_factory=Counter, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._counts.update(record.state for record in self.nodes.values())
 
     @classmethod
     def new(
@@ -284,6 +290,8 @@ class Job:
         if new is None:
             raise StateError(f"job {self.job_id}: {node} cannot {event} while {record.state}")
         out.append(NodeChanged(self.job_id, node, record.state, new, now_ms, exit_status, reason))
+        self._counts[record.state] -= 1
+        self._counts[new] += 1
         record.state = new
         record.changed_ms = now_ms
         if exit_status is not None:
@@ -412,15 +420,21 @@ class Job:
         return self.state in TERMINAL_JOB_STATES
 
     def summary(self) -> dict[str, int]:
-        counts = Counter(record.state.value for record in self.nodes.values())
-        return dict(sorted(counts.items()))
+        return {state.value: n for state, n in sorted(self._counts.items()) if n > 0}
+
+    def count(self, state: NodeState) -> int:
+        return self._counts[state]
 
     def all_succeeded(self) -> bool:
-        return all(r.state is NodeState.SUCCEEDED for r in self.nodes.values())
+        return self._counts[NodeState.SUCCEEDED] == len(self.nodes)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The job as a JSON-ready dict: the value of its ``assignments`` record."""
-        return {
+    def snapshot(self, *, nodes: bool = True) -> dict[str, Any]:
+        """The job as a JSON-ready dict: the value of its ``assignments`` record.
+
+        ``nodes=False`` leaves out the per-node table: a summary that costs O(1), for
+        watching a 50,000-node job without shipping megabytes per change.
+        """
+        snap = {
             "job_id": self.job_id,
             "command": self.command,
             "state": self.state.value,
@@ -436,18 +450,22 @@ class Job:
             "run_deadline_ms": self.run_deadline_ms,
             "finished_ms": self.finished_ms,
             "summary": self.summary(),
-            "nodes": {
-                name: {
-                    "state": r.state.value,
-                    "exit_status": r.exit_status,
-                    "reason": r.reason,
-                    "changed_ms": r.changed_ms,
-                    "voted_ms": r.voted_ms,
-                    "finished_ms": r.finished_ms,
-                }
-                for name, r in self.nodes.items()
-            },
+            "targets": len(self.nodes),
         }
+        if not nodes:
+            return snap
+        snap["nodes"] = {
+            name: {
+                "state": r.state.value,
+                "exit_status": r.exit_status,
+                "reason": r.reason,
+                "changed_ms": r.changed_ms,
+                "voted_ms": r.voted_ms,
+                "finished_ms": r.finished_ms,
+            }
+            for name, r in self.nodes.items()
+        }
+        return snap
 
     @classmethod
     def restore(cls, snap: Mapping[str, Any]) -> Job:
@@ -496,9 +514,9 @@ class Job:
         return out
 
     def _maybe_end_voting(self, now_ms: int, out: list[Effect], *, deadline_passed: bool) -> None:
-        waiting = [n for n, r in self.nodes.items() if r.state is NodeState.NEW]
-        if waiting and not deadline_passed:
+        if self._counts[NodeState.NEW] and not deadline_passed:
             return
+        waiting = [n for n, r in self.nodes.items() if r.state is NodeState.NEW]
         for name in waiting:
             self._node(name, NodeEvent.NO_VOTE, now_ms, out, reason="no vote before the deadline")
             out.append(Send("abort", self.job_id, name))  # in case its commit arrives late
@@ -515,5 +533,6 @@ class Job:
             out.append(Send("abort", self.job_id, name))
 
     def _maybe_complete(self, now_ms: int, out: list[Effect]) -> None:
-        if all(r.state in TERMINAL_NODE_STATES for r in self.nodes.values()):
+        counts = self._counts
+        if not (counts[NodeState.NEW] or counts[NodeState.READY] or counts[NodeState.RUNNING]):
             self._job(JobEvent.ALL_DONE, now_ms, out)

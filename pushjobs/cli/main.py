@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from pushjobs import __version__
-from pushjobs.cli import job, key, log, node
+from pushjobs.cli import job, key, log, node, simulate
 from pushjobs.cli.quickstart import quickstart
 
 app = typer.Typer(
@@ -19,6 +19,7 @@ app.add_typer(key.app, name="key")
 app.add_typer(log.app, name="log")
 app.add_typer(job.app, name="job")
 app.add_typer(node.app, name="node")
+app.add_typer(simulate.app, name="simulate")
 app.command("quickstart")(quickstart)
 
 

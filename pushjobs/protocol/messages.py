@@ -223,7 +223,11 @@ class NodeConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigReply(Message):
+    """The answer to one node's ``ConfigRequest``; ``node`` names it, so one DEALER can
+    carry the discovery of many nodes (a host running many agents, the fleet simulator)."""
+
     TYPE: ClassVar[str] = "config_reply"
+    node: str
     status: KeyStatus
     message: str
     config: NodeConfig | None = None

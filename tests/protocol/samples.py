@@ -70,8 +70,8 @@ SAMPLES: list[m.Message] = [
         facts={"os": "linux"},
         tags=("web", "eu"),
     ),
-    m.ConfigReply(**ENVELOPE, status="accepted", message="welcome", config=CONFIG),
-    m.ConfigReply(**ENVELOPE, status="pending", message="waiting for an admin"),
+    m.ConfigReply(**ENVELOPE, node="web-1", status="accepted", message="welcome", config=CONFIG),
+    m.ConfigReply(**ENVELOPE, node="web-1", status="pending", message="waiting for an admin"),
     m.ApiRequest(**ENVELOPE, request_id="r1", method="job.start", params={"nodes": ["a"], "n": 1}),
     m.ApiReply(**ENVELOPE, request_id="r1", ok=True, result={"job_id": "j1", "nested": [1, None]}),
     m.ApiReply(
