@@ -54,7 +54,13 @@ from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.outbox import Outbox
-from pushjobs.protocol.signing import Ed25519Signer, HmacSigner, Verifier
+from pushjobs.protocol.signing import (
+    HMAC_SHA256,
+    Ed25519Signer,
+    HmacSigner,
+    HmacVerifier,
+    Verifier,
+)
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 
 log = logging.getLogger("pushjobs.agent")
@@ -115,10 +121,23 @@ class Agent:
             return verifier
 
         self._resolve = resolve
+        # Commands are signed with this node's session key (current or the one before a
+        # rotation); heartbeats and config replies with the server's Ed25519 key.
+        self.command_keys: dict[str, Verifier] = {}
+
+        def resolve_command(method: str, key_id: str) -> Verifier:
+            if method == HMAC_SHA256:
+                verifier = self.command_keys.get(key_id)
+                if verifier is None:
+                    raise UnknownKey(f"not a session key of this node: {key_id[:32]!r}")
+                return verifier
+            return resolve(method, key_id)
+
+        self._resolve_command = resolve_command
         # One inbox per channel: the server's sequence is shared by all its sockets, so
         # heartbeats and commands may interleave out of order across channels.
         self.beat_inbox = Inbox(resolve, 30.0)
-        self.cmd_inbox = Inbox(resolve, 30.0)
+        self.cmd_inbox = Inbox(resolve_command, 30.0)
         self.command = self.transport.socket(
             "pull",
             bind=section.command_bind,
@@ -284,14 +303,18 @@ class Agent:
         self.last_status = ""
         self.lifetime_end = now + cfg.lifetime_s
         self.limits = Limits(max_body_bytes=cfg.max_body_bytes)
-        signer = HmacSigner(cfg.session_key_id, session_key(cfg.session_key_b64))
+        secret = session_key(cfg.session_key_b64)
+        signer = HmacSigner(cfg.session_key_id, secret)
+        previous = self.session.signer.key_id if self.session is not None else None
+        self.command_keys = {kid: v for kid, v in self.command_keys.items() if kid == previous}
+        self.command_keys[cfg.session_key_id] = HmacVerifier(secret, owner=cfg.server_id)
         if self.session is None:
             self.session = Outbox(self.name, self.incarnation, signer, self.limits)
         else:
             self.session.reseal(signer)
             self.session.limits = self.limits
         self.beat_inbox = Inbox(self._resolve, cfg.max_skew_s)
-        self.cmd_inbox = Inbox(self._resolve, cfg.max_skew_s, self.limits)
+        self.cmd_inbox = Inbox(self._resolve_command, cfg.max_skew_s, self.limits)
         if old is None or old.heartbeat_endpoint != cfg.heartbeat_endpoint:
             if self.sub is not None:
                 self.transport.close_socket(self.sub)

@@ -99,6 +99,7 @@ class SimNode:
         "header",
         "incarnation",
         "index",
+        "key_ids",
         "name",
         "outbox",
         "outcomes",
@@ -123,6 +124,7 @@ class SimNode:
         self.run_started: float = 0.0
         self.silent = False
         self.config_until = 0.0
+        self.key_ids: list[str] = []  # session keys commands may be signed with
 
     # --- session ------------------------------------------------------------------------
 

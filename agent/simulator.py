@@ -51,11 +51,11 @@ from keys import fingerprint
 from keys.identity import PublicIdentity, b64
 from pushjobs.errors import OversizedFrame, TransportError, UnknownKey
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.framing import Limits
+from pushjobs.protocol.framing import Limits, parse_header
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.outbox import Outbox
-from pushjobs.protocol.signing import Ed25519Signer, Verifier
+from pushjobs.protocol.signing import HMAC_SHA256, Ed25519Signer, HmacVerifier, Verifier
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 
 log = logging.getLogger("pushjobs.simulate")
@@ -127,9 +127,21 @@ class Simulator:
             return verifier
 
         self._resolve = resolve
+        # Commands come signed with the target node's session key (current or previous).
+        self.command_keys: dict[str, tuple[HmacVerifier, SimNode]] = {}
+
+        def resolve_command(method: str, key_id: str) -> Verifier:
+            if method == HMAC_SHA256:
+                found = self.command_keys.get(key_id)
+                if found is None:
+                    raise UnknownKey(f"not a session key of a simulated node: {key_id[:32]!r}")
+                return found[0]
+            return resolve(method, key_id)
+
+        self._resolve_command = resolve_command
         self.config_inbox = Inbox(resolve, 300.0, REPLY_LIMITS)
         self.beat_inbox = Inbox(resolve, 30.0)
-        self.cmd_inbox = Inbox(resolve, 30.0)
+        self.cmd_inbox = Inbox(resolve_command, 30.0)
         self.sub: zmq.Socket[bytes] | None = None
         self.push: zmq.Socket[bytes] | None = None
         self.cfg: m.NodeConfig | None = None
@@ -301,7 +313,12 @@ class Simulator:
         cfg = reply.config
         now = time.monotonic()
         was = node.configured
-        node.configure(cfg.session_key_id, b64decode(cfg.session_key_b64), now + cfg.lifetime_s)
+        secret = b64decode(cfg.session_key_b64)
+        self.command_keys[cfg.session_key_id] = (HmacVerifier(secret, owner=cfg.server_id), node)
+        node.key_ids.append(cfg.session_key_id)
+        while len(node.key_ids) > 2:  # the previous key stays for commands in flight
+            self.command_keys.pop(node.key_ids.pop(0), None)
+        node.configure(cfg.session_key_id, secret, now + cfg.lifetime_s)
         if not was:
             self.configured += 1
         self._apply_server_config(cfg, now)
@@ -338,7 +355,7 @@ class Simulator:
             self.server_incarnation = cfg.server_incarnation
             limits = Limits(max_body_bytes=cfg.max_body_bytes)
             self.beat_inbox = Inbox(self._resolve, cfg.max_skew_s)
-            self.cmd_inbox = Inbox(self._resolve, cfg.max_skew_s, limits)
+            self.cmd_inbox = Inbox(self._resolve_command, cfg.max_skew_s, limits)
             self.liveness = LivenessTracker(
                 cfg.interval_s, cfg.offline_threshold, cfg.online_threshold
             )
@@ -371,8 +388,10 @@ class Simulator:
             return
         cmd = received.message
         node = self.by_name.get(getattr(cmd, "node", ""))
-        if node is None:
-            self.cmd_inbox.drops["other_node"] += 1
+        method, kid = parse_header(frames[0])
+        found = self.command_keys.get(kid) if method == HMAC_SHA256 else None
+        if node is None or (method == HMAC_SHA256 and (found is None or found[1] is not node)):
+            self.cmd_inbox.drops["other_node"] += 1  # not for a node here, or its key
             return
         if node.silent or not self.server_online or not node.configured:
             self.counters["commands_discarded"] += 1

@@ -58,7 +58,7 @@ from pushjobs.log.base import Fence, GroupMember, OrderedLog
 from pushjobs.log.factory import open_log
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.codec import decode
-from pushjobs.protocol.framing import Limits
+from pushjobs.protocol.framing import Limits, seal
 from pushjobs.protocol.inbox import Inbox, reason_for
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import (
@@ -84,7 +84,7 @@ from server import records
 from server.api import WATCH, ApiHandlers, JobRequest
 from server.auth import RegistryKeys, open_api_frames
 from server.channels import Channels, advertised, raise_open_files
-from server.coordinator import Change, Coordinator, changed_jobs
+from server.coordinator import Change, Coordinator
 from server.job import TERMINAL_NODE_STATES, Job, Send
 from server.nodes import NodeOffline, NodeOnline, NodeRestarted, NodeTable
 from server.recovery import recover
@@ -825,8 +825,14 @@ class Server:
         node_records, self.node_records = self.node_records, []
         if changes or node_records:
             jobs = self.coordinator.jobs
-            touched = [j for j in changed_jobs(changes) if j in jobs]
-            snapshots = [records.snapshot_record(self.coordinator.view(j)) for j in touched]
+            versions = self.coordinator.versions
+            snapshots = [
+                record
+                for job_id, chunks in records.touched_chunks(changes, jobs).items()
+                for record in records.snapshot_records(
+                    jobs[job_id], versions.get(job_id, 0), chunks
+                )
+            ]
             events = records.job_events(changes, jobs, self.name) + node_records
             try:
                 if snapshots:
@@ -851,9 +857,14 @@ class Server:
         job = self.coordinator.jobs.get(send.job_id)
         info = self.nodes.get(send.node)
         curve = self.node_curve.get(send.node)
-        if job is None or info is None or curve is None or not info.command_endpoint:
+        signer = self.sessions.signer(send.node)
+        if job is None or info is None or curve is None or signer is None:
             self.counters["unsendable"] += 1
             return
+        if not info.command_endpoint:
+            self.counters["unsendable"] += 1
+            return
+        message: Message
         if send.kind == "commit":
             opts = job.options
             options = RunOptions(
@@ -862,7 +873,7 @@ class Server:
                 cwd=opts.get("cwd"),
                 capture=bool(opts.get("capture", False)),
             )
-            frames = self.outbox.frames(
+            message = self.outbox.message(
                 Commit,
                 now_ms,
                 node=send.node,
@@ -871,11 +882,13 @@ class Server:
                 options=options,
             )
         elif send.kind == "run":
-            frames = self.outbox.frames(Run, now_ms, node=send.node, job_id=job.job_id)
+            message = self.outbox.message(Run, now_ms, node=send.node, job_id=job.job_id)
             # A heartbeat built before this run arrived says "idle": not a reason to ask again.
             self.asked[(job.job_id, send.node)] = self.clock.monotonic()
         else:
-            frames = self.outbox.frames(Abort, now_ms, node=send.node, job_id=job.job_id)
+            message = self.outbox.message(Abort, now_ms, node=send.node, job_id=job.job_id)
+        # Signed with the node's session key: only this node and the server hold it.
+        frames = seal(message, signer, self.limits)
         self.channels.send_command(info.command_endpoint, curve, frames)
 
     def _answer_watches(self) -> None:

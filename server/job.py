@@ -130,6 +130,21 @@ TERMINAL_NODE_STATES = frozenset(NodeState) - {N.NEW, N.READY, N.RUNNING}
 TERMINAL_JOB_STATES = frozenset(JobState) - {J.NEW, J.VOTING, J.RUNNING}
 
 
+CHUNK_NODES = 500
+MAX_REASON_CHARS = 500
+
+
+def _node_json(r: NodeRecord) -> dict[str, Any]:
+    return {
+        "state": r.state.value,
+        "exit_status": r.exit_status,
+        "reason": r.reason,
+        "changed_ms": r.changed_ms,
+        "voted_ms": r.voted_ms,
+        "finished_ms": r.finished_ms,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Quorum:
     """How many targeted nodes must be ready to run: a count, or a percent of the targets."""
@@ -228,7 +243,11 @@ class Job:
     finished_ms: int | None = None
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
-    _counts: Counter[NodeState] = field(default_factory=Counter, init=False, repr=False)
+    _counts: Counter[NodeState] = field(
+        default_factory=Counter, init=False, repr=False, compare=False
+    )
+    _positions: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _order: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
@@ -297,7 +316,9 @@ class Job:
         if exit_status is not None:
             record.exit_status = exit_status
         if reason:
-            record.reason = reason
+            # Reasons are for people; a bound keeps every snapshot chunk under the log's
+            # value limit whatever a node or a command line says.
+            record.reason = reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS]
         if event in (NodeEvent.ACK_COMMIT, NodeEvent.NACK_COMMIT):
             record.voted_ms = now_ms
         if new in TERMINAL_NODE_STATES:
@@ -454,18 +475,38 @@ class Job:
         }
         if not nodes:
             return snap
-        snap["nodes"] = {
-            name: {
-                "state": r.state.value,
-                "exit_status": r.exit_status,
-                "reason": r.reason,
-                "changed_ms": r.changed_ms,
-                "voted_ms": r.voted_ms,
-                "finished_ms": r.finished_ms,
-            }
-            for name, r in self.nodes.items()
-        }
+        snap["nodes"] = {name: _node_json(r) for name, r in self.nodes.items()}
         return snap
+
+    # --- the snapshot in the log, in chunks -----------------------------------------------
+    #
+    # A job's ``assignments`` snapshot is a header (``snapshot(nodes=False)`` plus the
+    # number of chunks) and the node table in chunks of ``CHUNK_NODES`` nodes, each its own
+    # compacted key. A change rewrites the header and only the chunks it touched, so a
+    # reply to a 50,000-node job costs O(chunk), not O(targets), and no record outgrows
+    # the log's value limit.
+
+    @property
+    def chunks(self) -> int:
+        return -(-len(self.nodes) // CHUNK_NODES)
+
+    def chunk_of(self, node: str) -> int:
+        if not self._positions:  # targets never change after creation: index them once
+            self._positions = {name: i for i, name in enumerate(self.nodes)}
+        return self._positions[node] // CHUNK_NODES
+
+    def header(self) -> dict[str, Any]:
+        return {**self.snapshot(nodes=False), "chunks": self.chunks}
+
+    def chunk(self, index: int) -> dict[str, Any]:
+        if not self._order:
+            self._order = list(self.nodes)
+        names = self._order[index * CHUNK_NODES : (index + 1) * CHUNK_NODES]
+        return {
+            "job_id": self.job_id,
+            "chunk": index,
+            "nodes": {name: _node_json(self.nodes[name]) for name in names},
+        }
 
     @classmethod
     def restore(cls, snap: Mapping[str, Any]) -> Job:

@@ -120,8 +120,38 @@ def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tupl
     return f"node:{node}", orjson.dumps(event(kind, ts, server, node=node, state=kind[5:], **extra))
 
 
-def snapshot_record(snapshot: Mapping[str, Any]) -> tuple[str, bytes]:
-    return f"job:{snapshot['job_id']}", orjson.dumps(snapshot)
+CHUNK_KEY = "/nodes/"
+
+
+def snapshot_records(
+    job: Job, version: int, chunks: Iterable[int] | None = None
+) -> list[tuple[str, bytes]]:
+    """A job's snapshot records: its header, and the node chunks named (default: all)."""
+    key = f"job:{job.job_id}"
+    out = [(key, orjson.dumps({**job.header(), "version": version}))]
+    for index in sorted(range(job.chunks) if chunks is None else set(chunks)):
+        out.append((f"{key}{CHUNK_KEY}{index}", orjson.dumps(job.chunk(index))))
+    return out
+
+
+def touched_chunks(
+    changes: Iterable[Change], jobs: Mapping[str, Job]
+) -> dict[str, set[int] | None]:
+    """Per changed job, the node chunks to rewrite (None: all of them, a new job)."""
+    out: dict[str, set[int] | None] = {}
+    for change in changes:
+        job = jobs.get(change.job_id)
+        if job is None:
+            continue
+        if isinstance(change, JobCreated):
+            out[job.job_id] = None
+        elif isinstance(change, NodeChanged):
+            dirty = out.setdefault(job.job_id, set())
+            if dirty is not None:
+                dirty.add(job.chunk_of(change.node))
+        elif isinstance(change, JobChanged | OutputReceived):
+            out.setdefault(job.job_id, set())
+    return out
 
 
 def command_record(job_id: str, request: Mapping[str, Any]) -> tuple[str, bytes]:

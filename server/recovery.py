@@ -15,6 +15,7 @@ import orjson
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.topics import TopicNames
 from server.job import Job
+from server.records import CHUNK_KEY
 
 
 @dataclass(slots=True)
@@ -26,12 +27,32 @@ class Recovered:
 
 def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
     out = Recovered()
+    headers: dict[str, bytes] = {}
+    chunks: dict[str, dict[int, bytes]] = {}
     for key, record in log.latest(topics.assignments).items():
+        if record.value is None:
+            continue
+        base, sep, index = key.partition(CHUNK_KEY)
+        if not sep:
+            headers[key] = record.value
+        elif index.isdigit():
+            chunks.setdefault(base, {})[int(index)] = record.value
+        else:
+            out.damaged.append(f"{key}: not a snapshot key")
+    for key, value in headers.items():
         try:
-            assert record.value is not None
-            snap = orjson.loads(record.value)
+            snap = orjson.loads(value)
+            if "nodes" not in snap:  # chunked: put the node table back together
+                parts = chunks.get(key, {})
+                missing = [i for i in range(int(snap["chunks"])) if i not in parts]
+                if missing:
+                    raise KeyError(f"node chunks {missing[:5]} missing")
+                nodes: dict[str, Any] = {}
+                for i in range(int(snap["chunks"])):
+                    nodes.update(orjson.loads(parts[i])["nodes"])
+                snap["nodes"] = nodes
             out.jobs.append((Job.restore(snap), int(snap.get("version", 0))))
-        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AssertionError) as exc:
+        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             out.damaged.append(f"{key}: {type(exc).__name__}: {exc}")
     known = {f"job:{job.job_id}" for job, _ in out.jobs}
     for key, record in log.latest(topics.commands).items():
