@@ -20,7 +20,7 @@ import zmq
 from pushjobs.errors import TransportError
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 
-COMMAND_HWM = 1000
+COMMAND_HWM = 100_000  # one endpoint may serve many nodes (a simulator, a multi-agent host)
 REPLY_HWM = 100_000
 API_HWM = 10_000
 

@@ -176,22 +176,35 @@ class Coordinator:
                 out.append(Send("run", job_id, node))
         return out
 
-    def unreported(self, node: str, busy_with: str | None) -> list[Send]:
-        """``run`` again for jobs a node should be running but says it is not busy with.
+    def unreported(
+        self, node: str, busy_with: str | None, busy_state: str | None = None
+    ) -> list[Send]:
+        """Commands to send again, judged from what a node's heartbeat says it is doing.
 
-        A node that finished a job and whose result never arrived (sent while no leader
-        listened) answers a repeated ``run`` with its stored outcome; one that never had
-        the job answers ``nack_run``. Either way the job learns the truth.
+        - ``commit`` while the job votes and the node has not voted, nor holds the job:
+          the commit was lost (a full queue, a blip). A node that holds it re-acks.
+        - ``run`` for a running job the node should run but says it is not busy with: a
+          node that finished it (its result sent while no leader listened) answers with
+          its stored outcome; one that never had the job answers ``nack_run``.
+        - ``run`` when the node says it is still only ``committed`` to a running job in
+          which it is ready: the run was lost.
+
+        The caller rate-limits; a repeat is always safe (the agent never runs twice).
         """
         out: list[Send] = []
         for job_id in self._active_by_node.get(node, ()):
             job = self.jobs[job_id]
-            if (
-                job_id != busy_with
-                and job.state.value == "running"
-                and job.nodes[node].state in (NodeState.READY, NodeState.RUNNING)
-            ):
-                out.append(Send("run", job_id, node))
+            state = job.nodes[node].state
+            if job.state.value == "voting":
+                if state is NodeState.NEW and busy_with != job_id:
+                    out.append(Send("commit", job_id, node))
+            elif job.state.value == "running":
+                lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
+                lost_run = (
+                    job_id == busy_with and busy_state == "committed" and state is NodeState.READY
+                )
+                if lost_result or lost_run:
+                    out.append(Send("run", job_id, node))
         return out
 
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:

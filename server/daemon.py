@@ -398,15 +398,17 @@ class Server:
                             event.node, now_ms, "node restarted (new incarnation)"
                         )
                 if self.leader and self.coordinator.targets_pending(msg.sender):
-                    self._ask_unreported(msg.sender, msg.job_id, now)
+                    self._ask_unreported(msg.sender, msg.job_id, msg.job_state, now)
             elif self.leader:
                 self.changes += self.coordinator.reply(msg, now_ms)
             else:
                 # No leader yet (a restart waiting for the old lease): keep results for it.
                 self.standby_replies.append(msg)
 
-    def _ask_unreported(self, node: str, busy_with: str | None, now: float) -> None:
-        for send in self.coordinator.unreported(node, busy_with):
+    def _ask_unreported(
+        self, node: str, busy_with: str | None, busy_state: str | None, now: float
+    ) -> None:
+        for send in self.coordinator.unreported(node, busy_with, busy_state):
             key = (send.job_id, node)
             if now - self.asked.get(key, float("-inf")) >= 2.0:
                 self.asked[key] = now
@@ -865,6 +867,10 @@ class Server:
             self.counters["unsendable"] += 1
             return
         message: Message
+        if send.kind != "abort":
+            # A heartbeat built before this command arrived does not show it yet: no
+            # reason to send it again for a while (see ``Coordinator.unreported``).
+            self.asked[(job.job_id, send.node)] = self.clock.monotonic()
         if send.kind == "commit":
             opts = job.options
             options = RunOptions(
@@ -883,8 +889,6 @@ class Server:
             )
         elif send.kind == "run":
             message = self.outbox.message(Run, now_ms, node=send.node, job_id=job.job_id)
-            # A heartbeat built before this run arrived says "idle": not a reason to ask again.
-            self.asked[(job.job_id, send.node)] = self.clock.monotonic()
         else:
             message = self.outbox.message(Abort, now_ms, node=send.node, job_id=job.job_id)
         # Signed with the node's session key: only this node and the server hold it.

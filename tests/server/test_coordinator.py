@@ -143,9 +143,15 @@ def test_restore_indexes_active_nodes() -> None:
 
 def test_unreported_asks_again_for_running_jobs_the_node_says_it_is_not_busy_with() -> None:
     coord = Coordinator()
-    submit(coord, targets=("n1",), online=("n1",))
-    assert coord.unreported("n1", None) == []  # voting: nothing to ask
+    submit(coord, targets=("n1", "n2"), online=("n1", "n2"))
+    assert coord.unreported("n1", "j1", "committed") == []  # voted soon: nothing to ask
+    assert coord.unreported("n1", None) == [Send("commit", "j1", "n1")]  # commit lost
     coord.reply(AckCommit(job_id="j1", **env(1, "n1")), T0)
+    assert coord.unreported("n1", None) == []  # voted: the commit arrived
+    coord.reply(AckCommit(job_id="j1", **env(1, "n2")), T0)
+    assert coord.jobs["j1"].state.value == "running"
+    assert coord.unreported("n1", "j1", "committed") == [Send("run", "j1", "n1")]  # run lost
+    assert coord.unreported("n1", "j1", "running") == []
     assert coord.unreported("n1", "j1") == []  # busy with it: its result will come
     assert coord.unreported("n1", None) == [Send("run", "j1", "n1")]
     coord.reply(Succeeded(job_id="j1", exit_status=0, duration_ms=1, **env(2, "n1")), T0)
