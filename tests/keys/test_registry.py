@@ -391,3 +391,29 @@ def test_a_file_corrupted_under_a_running_reader_is_reported(tmp_path):
     with pytest.raises(KeyFileError, match="corrupt key registry"):
         registry.add(pub("b"))
     assert path.read_bytes() == b"{"
+
+
+def test_add_many_is_one_write_idempotent_and_all_or_nothing(registry):
+    publics = [pub(f"n{i}") for i in range(3)]
+    assert registry.add_many(publics, state=KeyState.ACCEPTED) == 3
+    stamp = registry.path.stat().st_mtime_ns
+    assert registry.add_many(publics, state=KeyState.ACCEPTED) == 0  # same keys: nothing to do
+    assert registry.path.stat().st_mtime_ns == stamp
+    assert [registry.get(f"n{i}").state for i in range(3)] == [KeyState.ACCEPTED] * 3
+    impostor = pub("n1")
+    with pytest.raises(KeyStateError):
+        registry.add_many([pub("n9"), impostor])
+    assert registry.find("n9") is None  # the batch changed nothing
+
+
+def test_lookups_follow_changes_of_the_file(registry):
+    first = pub("web-01")
+    registry.add(first, state=KeyState.ACCEPTED)
+    assert registry.find("web-01").state is KeyState.ACCEPTED
+    assert registry.by_curve_key(first.curve_public).name == "web-01"
+    other = KeyRegistry(registry.path)  # another process's view, e.g. the CLI
+    other.reject(["web-01"])
+    assert registry.find("web-01").state is KeyState.REJECTED
+    other.delete(["web-01"])
+    assert registry.find("web-01") is None
+    assert registry.by_curve_key(first.curve_public) is None
