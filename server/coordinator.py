@@ -76,6 +76,9 @@ class Coordinator:
         self.late: Counter[str] = Counter()
         self._active_by_node: dict[str, set[str]] = {}
         self._finished: dict[str, None] = {}  # oldest first
+        # Jobs not finished, in creation order: every loop turn asks for their deadlines,
+        # and up to ``keep_finished`` finished jobs must not make each turn O(jobs).
+        self._active: dict[str, Job] = {}
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -215,7 +218,7 @@ class Coordinator:
 
     def tick(self, now_ms: int) -> list[Change]:
         out: list[Change] = []
-        for job in list(self.active()):
+        for job in self.active():
             deadline = job.next_deadline_ms()
             if deadline is not None and deadline <= now_ms:
                 changes: list[Change] = list(job.tick(now_ms))
@@ -234,7 +237,7 @@ class Coordinator:
     # --- queries --------------------------------------------------------------------------
 
     def active(self) -> Iterator[Job]:
-        return (job for job in self.jobs.values() if not job.finished)
+        return iter(list(self._active.values()))
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for job in self.active() if (d := job.next_deadline_ms()) is not None]
@@ -252,6 +255,8 @@ class Coordinator:
 
     def _add(self, job: Job) -> None:
         self.jobs[job.job_id] = job
+        if not job.finished:
+            self._active[job.job_id] = job
         self.versions.setdefault(job.job_id, 0)
 
     def _after(self, job: Job, changes: list[Change]) -> None:
@@ -280,6 +285,7 @@ class Coordinator:
                 self._active_by_node.setdefault(name, set()).add(job.job_id)
 
     def _retire(self, job_id: str) -> None:
+        self._active.pop(job_id, None)
         if job_id in self._finished:
             return
         self._finished[job_id] = None

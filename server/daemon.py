@@ -203,6 +203,7 @@ class Server:
         self.recovering: set[str] = set()
         self.counters: Counter[str] = Counter()
         self.heartbeat_lag_ms = [0] * LAG_BUCKETS
+        self.reply_backlog = False
         self.standby_replies: deque[Message] = deque(maxlen=100_000)
         self.asked: dict[tuple[str, str], float] = {}
         self.checked_entries: tuple[Entry, ...] | None = None
@@ -304,7 +305,12 @@ class Server:
 
     def turn(self, ready: dict[Any, int]) -> None:
         if self.channels.replies in ready:
-            self._on_replies(drain(self.channels.replies, BATCH))
+            batch = drain(self.channels.replies, BATCH)
+            # A full batch means more is queued: heartbeats this server has not read yet.
+            self.reply_backlog = len(batch) >= BATCH
+            self._on_replies(batch)
+        else:
+            self.reply_backlog = False
         if self.channels.api in ready:
             for frames in drain(self.channels.api, BATCH):
                 self._on_api(frames)
@@ -334,8 +340,13 @@ class Server:
             beat = self.outbox.frames(ServerHeartbeat, now_ms, leader=self.leader)
             self.channels.publish(beat)
             self.next_beat = now + self.config.liveness.interval_s
-        for offline in self.nodes.expire(now):
-            self._node_offline(offline, now_ms, "node went offline")
+        if self.reply_backlog:
+            # Silence is only evidence once the queue is read: a server that fell behind
+            # (a 50,000-node job start, a GC pause) must not call its own lag an outage.
+            self.counters["expiry_deferred"] += 1
+        else:
+            for offline in self.nodes.expire(now):
+                self._node_offline(offline, now_ms, "node went offline")
         if now >= self.next_registry:
             self._check_revoked(now, now_ms)
             self.sessions.expire(now)
@@ -690,6 +701,7 @@ class Server:
                 "offline": self.counters["node_offline"],
             },
             "command_sockets": self.channels.command_sockets,
+            "expiry_deferred": self.counters["expiry_deferred"],
         }
 
     def start_job(self, request: JobRequest, caller: str) -> str:

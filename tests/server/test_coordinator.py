@@ -156,3 +156,15 @@ def test_unreported_asks_again_for_running_jobs_the_node_says_it_is_not_busy_wit
     assert coord.unreported("n1", None) == [Send("run", "j1", "n1")]
     coord.reply(Succeeded(job_id="j1", exit_status=0, duration_ms=1, **env(2, "n1")), T0)
     assert coord.unreported("n1", None) == []
+
+
+def test_active_jobs_are_tracked_without_scanning_finished_ones() -> None:
+    coord = Coordinator(keep_finished=5)
+    submit(coord, "j1", targets=("n1",), online=())  # nobody online: quorum fails at once
+    submit(coord, "j2")
+    submit(coord, "j3")
+    assert coord.jobs["j1"].finished
+    assert [job.job_id for job in coord.active()] == ["j2", "j3"]
+    coord.abort("j2", T0 + 1, "test")
+    assert [job.job_id for job in coord.active()] == ["j3"]
+    assert coord.next_deadline_ms() == coord.jobs["j3"].vote_deadline_ms
