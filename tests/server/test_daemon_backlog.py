@@ -1,0 +1,37 @@
+"""The server's loop does not call its own lag an outage (in process, real sockets)."""
+
+from __future__ import annotations
+
+import io
+
+from pushjobs.clock import FakeClock
+from pushjobs.config import load_config
+from pushjobs.sandbox import Sandbox
+from server.daemon import Server
+from server.settings import ServerConfig
+
+
+def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(tmp_path) -> None:
+    sandbox = Sandbox(tmp_path, nodes=[], interval_s=1.0, offline_threshold=3).prepare()
+    clock = FakeClock()
+    server = Server(
+        load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
+    )
+    try:
+        for _ in range(2):  # online_threshold heartbeats
+            server.nodes.heartbeat(
+                "n1", "inc", "tcp://127.0.0.1:9", None, None, restarted=False, now=clock.monotonic()
+            )
+            clock.advance(0.5)
+        assert server.nodes.is_online("n1")
+        clock.advance(10.0)  # silent far past 3 intervals, as seen by a server behind
+        server.reply_backlog = True
+        server._timers()
+        assert server.nodes.is_online("n1")
+        assert server.counters["expiry_deferred"] == 1
+        server.reply_backlog = False  # the queue is read: now silence means something
+        server._timers()
+        assert not server.nodes.is_online("n1")
+        assert server.info()["transitions"]["offline"] == 1
+    finally:
+        server.close()
