@@ -218,7 +218,7 @@ def one_size(k: int, args: argparse.Namespace) -> dict[str, Any]:
             "jobs": {"vote_timeout_s": 60.0, "run_timeout_s": 120.0, "max_nodes": 1_000_000},
         },
     )
-    out: dict[str, Any] = {"nodes": k}
+    out: dict[str, Any] = {"nodes": k, "interval_s": args.interval}
     with sandbox:
         sandbox.prepare()
         server = sandbox.start_server(timeout_s=60)
@@ -296,7 +296,11 @@ def report(results: list[dict[str, Any]], baseline_us: float) -> None:
     print("\ngoals:")
     for r in results:
         h, k = r["heartbeat"], r["nodes"]
-        held = h["false_offline"] == 0 and h["server_peak_rss_mib"] < 1024 and h["online"] >= k
+        no_false = h["false_offline"] == 0 and h["online"] >= k
+        # Held with room to spare: heartbeats reach the tracker within one interval. A
+        # saturated server that defers expiry shows no false offline but lags seconds.
+        comfortable = no_false and h["lag_p99_ms"] < 1000 * args_interval(r)
+        held = no_false and h["server_peak_rss_mib"] < 1024
         done = median(r["jobs"], "complete_s")
         goal = 1.0 if k <= 1000 else 3.0 if k <= 10_000 else None
         job_note = (
@@ -304,13 +308,24 @@ def report(results: list[dict[str, Any]], baseline_us: float) -> None:
             if goal
             else f"; job {done:.2f} s"
         )
-        print(f"  {k:>6} nodes: heartbeats {'held' if held else 'NOT HELD'}{job_note}")
+        state = "held" if comfortable else "held, saturated (lag p99 >= 1 interval)"
+        print(f"  {k:>6} nodes: heartbeats {state if held else 'NOT HELD'}{job_note}")
     held_sizes = [
         r["nodes"]
         for r in results
         if r["heartbeat"]["false_offline"] == 0 and r["heartbeat"]["online"] >= r["nodes"]
     ]
-    print(f"  largest K that held: {max(held_sizes) if held_sizes else 'none'}")
+    easy = [
+        r["nodes"]
+        for r in results
+        if r["nodes"] in held_sizes and r["heartbeat"]["lag_p99_ms"] < 1000 * args_interval(r)
+    ]
+    print(f"  largest K with zero false offline: {max(held_sizes) if held_sizes else 'none'}")
+    print(f"  largest K with heartbeat lag p99 under one interval: {max(easy) if easy else 'none'}")
+
+
+def args_interval(result: dict[str, Any]) -> float:
+    return float(result.get("interval_s", 1.0))
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

@@ -98,6 +98,7 @@ BATCH = 4096
 MAX_WAIT_S = 0.25  # bounds how long a signal waits to be noticed
 API_MAX_BYTES = 32 * 1024 * 1024  # API replies (job lists, node lists) may be large
 API_WINDOWS = 100_000  # client processes whose replay windows are remembered
+RESEND_AFTER_MS = 2000  # a command unanswered this long after it was sent is sent again
 LAG_BUCKETS = 2001  # heartbeat send-to-tracker lag histogram: 1 ms buckets, the last is >= 2 s
 
 
@@ -205,7 +206,7 @@ class Server:
         self.heartbeat_lag_ms = [0] * LAG_BUCKETS
         self.reply_backlog = False
         self.standby_replies: deque[Message] = deque(maxlen=100_000)
-        self.asked: dict[tuple[str, str], float] = {}
+        self.asked: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of last command
         self.checked_entries: tuple[Entry, ...] | None = None
 
     # --- leadership and recovery ------------------------------------------------------------
@@ -350,7 +351,7 @@ class Server:
         if now >= self.next_registry:
             self._check_revoked(now, now_ms)
             self.sessions.expire(now)
-            self.asked = {k: t for k, t in self.asked.items() if now - t < 60.0}
+            self.asked = {k: t for k, t in self.asked.items() if now_ms - t < 60_000}
             self.next_registry = now + self.config.server.registry_check_s
         if self.recovery_deadline is not None and now >= self.recovery_deadline:
             for name in self.recovering:
@@ -409,7 +410,7 @@ class Server:
                             event.node, now_ms, "node restarted (new incarnation)"
                         )
                 if self.leader and self.coordinator.targets_pending(msg.sender):
-                    self._ask_unreported(msg.sender, msg.job_id, msg.job_state, now)
+                    self._ask_unreported(msg.sender, msg.job_id, msg.job_state, msg.timestamp)
             elif self.leader:
                 self.changes += self.coordinator.reply(msg, now_ms)
             else:
@@ -417,12 +418,18 @@ class Server:
                 self.standby_replies.append(msg)
 
     def _ask_unreported(
-        self, node: str, busy_with: str | None, busy_state: str | None, now: float
+        self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int
     ) -> None:
+        """Send again what a heartbeat shows never arrived.
+
+        Only a heartbeat the node built well after our last command for that job can say
+        so: judged by the heartbeat's own timestamp, not by when this server got round to
+        reading it, or a server behind on its queue would answer stale heartbeats with a
+        flood of repeats and fall further behind.
+        """
         for send in self.coordinator.unreported(node, busy_with, busy_state):
             key = (send.job_id, node)
-            if now - self.asked.get(key, float("-inf")) >= 2.0:
-                self.asked[key] = now
+            if beat_ms - self.asked.get(key, -RESEND_AFTER_MS) >= RESEND_AFTER_MS:
                 self.sends.append(send)
 
     def _node_online(self, node: str, now_ms: int) -> None:
@@ -882,7 +889,7 @@ class Server:
         if send.kind != "abort":
             # A heartbeat built before this command arrived does not show it yet: no
             # reason to send it again for a while (see ``Coordinator.unreported``).
-            self.asked[(job.job_id, send.node)] = self.clock.monotonic()
+            self.asked[(job.job_id, send.node)] = now_ms
         if send.kind == "commit":
             opts = job.options
             options = RunOptions(

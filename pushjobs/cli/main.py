@@ -6,7 +6,9 @@ import typer
 
 from pushjobs import __version__
 from pushjobs.cli import job, key, log, node, simulate
+from pushjobs.cli.archive import archive
 from pushjobs.cli.quickstart import quickstart
+from pushjobs.cli.report import report
 
 app = typer.Typer(
     name="pushjobs",
@@ -21,6 +23,8 @@ app.add_typer(job.app, name="job")
 app.add_typer(node.app, name="node")
 app.add_typer(simulate.app, name="simulate")
 app.command("quickstart")(quickstart)
+app.command("archive")(archive)
+app.command("report")(report)
 
 
 def _version(value: bool) -> None:

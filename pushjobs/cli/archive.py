@@ -1,0 +1,101 @@
+"""``pushjobs archive``: copy the ``events`` topic to Parquet, incrementally, exactly once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pushjobs.cli.render import handle_errors, print_json
+from pushjobs.config import load_config
+from pushjobs.log import topics as std
+from pushjobs.log.factory import open_log
+
+
+@handle_errors
+def archive(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML with [archive] and [log] (default: built-ins)."),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            "--log", help="The sqlite log file (default: [log] path, $PUSHJOBS_LOG, ...)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Archive directory (default: $PUSHJOBS_HOME/archive)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Archive new events from the ordered log to Parquet, partitioned by date.
+
+    Safe to run again and after a crash: it resumes from its consumer group's committed
+    offset, and removes half-written files of an interrupted run first. Records that are
+    not valid events go to OUT/rejected/ with their offset and the reason.
+
+    Example: pushjobs archive --log /srv/pushjobs/log.db --out /srv/pushjobs/archive
+    """
+    from dataclasses import replace
+
+    from pushjobs.pipeline.archive import Archiver, ArchiveResult
+    from pushjobs.pipeline.settings import PipelineConfig
+
+    cfg = load_config(PipelineConfig, config)
+    settings = cfg.log if log is None else replace(cfg.log, path=log)
+    directory = out or cfg.archive.dir()
+
+    def progress(r: ArchiveResult) -> None:
+        if not quiet:
+            sys.stderr.write(f"  archived to offset {r.to_offset}: {r.archived} events\n")
+
+    handle = open_log(replace(settings, create=False))
+    try:
+        topic = std.names(settings.topic_prefix).events
+        archiver = Archiver(
+            handle,
+            topic,
+            directory,
+            group=cfg.archive.group,
+            batch=cfg.archive.batch,
+            on_batch=progress,
+        )
+        result = archiver.run()
+    finally:
+        handle.close()
+    summary = {
+        "directory": str(directory),
+        "from_offset": result.from_offset,
+        "to_offset": result.to_offset,
+        "archived": result.archived,
+        "rejected": result.rejected,
+        "reasons": result.reasons,
+        "files": result.files,
+        "removed_partial": result.removed_partial,
+        "lost_to_retention": result.lost_to_retention,
+        "seconds": round(result.seconds, 3),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    typer.echo(
+        f"{result.archived} events archived to {directory} (offsets {result.from_offset}.."
+        f"{result.to_offset}) in {result.seconds:.2f} s"
+    )
+    if result.rejected:
+        typer.echo(
+            f"{result.rejected} records rejected (see {directory}/rejected): {result.reasons}"
+        )
+    if result.removed_partial:
+        typer.echo(f"{result.removed_partial} files of an interrupted run removed first")
+    if result.lost_to_retention:
+        typer.echo(
+            f"warning: {result.lost_to_retention} events were removed by retention before "
+            "they could be archived; run the archiver more often than the retention period",
+            err=True,
+        )

@@ -1,0 +1,120 @@
+"""``pushjobs report``: fleet reports from the archived event history, on Spark."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.render import error, handle_errors, print_json
+from pushjobs.config import load_config
+
+
+def _ms(text: str | None, what: str) -> int | None:
+    """An ISO date/time (UTC unless it says otherwise) or ms since the epoch."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        error(f"{what}: {text!r} is neither an ISO date/time (2026-11-01T12:00) nor ms")
+        raise typer.Exit(int(Exit.USAGE)) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+@handle_errors
+def report(
+    since: Annotated[
+        str | None, typer.Option("--since", help="Window start: ISO date/time (UTC) or ms.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Window end (excluded): ISO date/time or ms.")
+    ] = None,
+    input_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--input", help="Archived events: a directory or URL (default: [report] input)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Where tables, charts and report.html go.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML with [report] (master, spark settings, ...)."),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master (default: [report] master).")
+    ] = None,
+    demo: Annotated[
+        bool,
+        typer.Option("--demo", help="Report on a generated week of a 40-node fleet instead."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Availability, flaps, outcomes per command and node, latency percentiles, stragglers.
+
+    Reads the Parquet archive written by 'pushjobs archive', runs a Spark job (local mode
+    unless [report] master says otherwise) and writes CSV and Parquet tables, PNG charts
+    and one self-contained report.html to --out.
+
+    Example: pushjobs report --since 2026-11-01 --out /tmp/fleet-report
+    Try it:  pushjobs report --demo
+    """
+    from dataclasses import replace
+
+    from pushjobs.pipeline import output, spark_job
+    from pushjobs.pipeline.session import spark_session
+    from pushjobs.pipeline.settings import PipelineConfig
+
+    cfg = load_config(PipelineConfig, config)
+    settings = cfg.report if master is None else replace(cfg.report, master=master)
+    out_dir = out or settings.output
+    location = input_dir or settings.input or str(cfg.archive.dir())
+
+    def say(text: str) -> None:
+        if not as_json:
+            typer.echo(text, err=True)
+
+    started = time.monotonic()
+    if demo:
+        from pushjobs.pipeline.demo import history, write_parquet
+
+        location = tempfile.mkdtemp(prefix="pushjobs-demo-")
+        count = write_parquet(history(), Path(location))
+        say(f"generated {count} demo events in {location}")
+    elif "://" not in location and not Path(location).exists():
+        error(f"no archive at {location}: run 'pushjobs archive' first, or try --demo")
+        raise typer.Exit(int(Exit.NOT_FOUND))
+    say(f"starting Spark ({settings.master}) ...")
+    spark = spark_session(settings)
+    try:
+        say(f"reading {location}")
+        result = spark_job.compute(
+            spark_job.load(spark, location),
+            since=_ms(since, "--since"),
+            until=_ms(until, "--until"),
+            straggler_factor=settings.straggler_factor,
+        )
+    finally:
+        spark.stop()
+    written = output.write_tables(result, out_dir)
+    pngs = output.charts(result, out_dir)
+    page = output.write_html(result, out_dir, pngs)
+    took = time.monotonic() - started
+    if as_json:
+        print_json({**output.summary_json(result), "html": str(page), "seconds": round(took, 2)})
+        return
+    typer.echo(output.summary_text(result))
+    typer.echo(f"\n{len(written)} tables, {len(pngs)} charts and {page} written in {took:.1f} s")
+    sys.stdout.flush()

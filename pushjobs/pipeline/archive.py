@@ -1,0 +1,182 @@
+"""The archiver: the ``events`` topic to Parquet files partitioned by date, exactly once.
+
+Theory of operation. The archiver is a consumer group on the ``events`` topic (default
+``pushjobs.archiver``). Each batch of records from the group's committed offset ``C``
+becomes one Parquet file per UTC date it touches, named by the offsets it holds::
+
+    OUT/date=2026-11-23/events-<first offset>-<last offset>.parquet
+    OUT/rejected/rejected-<first>-<last>.jsonl      (records that are not usable events)
+
+Each file is written under a temporary name, fsynced, renamed into place and its
+directory fsynced; only when every file of the batch is durable is the offset after the
+batch committed. So a crash leaves at most files whose first offset is ``>= C``: the next
+run deletes exactly those (and any temporary file) before it starts again from ``C``.
+Nothing is lost (a record is archived or still ahead of ``C``) and nothing is written
+twice (a file from beyond ``C`` is removed before its records are written again).
+
+Records that retention removed before they were archived cannot be recovered; the
+archiver says how many, and goes on from the oldest record still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pushjobs.errors import MissingExtra
+from pushjobs.log.base import OrderedLog
+from pushjobs.pipeline import events
+
+DEFAULT_GROUP = "pushjobs.archiver"
+FILE_RE = re.compile(r"^(?:events|rejected)-(\d{20})-(\d{20})\.(?:parquet|jsonl)$")
+CRASH_HOOK = "PUSHJOBS_ARCHIVE_CRASH_AFTER_FILES"  # tests only: die after N files, uncommitted
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingExtra("pyarrow", "spark") from None
+    return pa, pq
+
+
+def arrow_schema() -> Any:
+    pa, _ = _pyarrow()
+    types = {"int64": pa.int64(), "string": pa.string()}
+    return pa.schema([(name, types[kind]) for name, kind in events.COLUMNS])
+
+
+@dataclass(slots=True)
+class ArchiveResult:
+    from_offset: int
+    to_offset: int
+    archived: int = 0
+    rejected: int = 0
+    files: int = 0
+    removed_partial: int = 0
+    lost_to_retention: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Archiver:
+    def __init__(
+        self,
+        log: OrderedLog,
+        topic: str,
+        out: Path,
+        *,
+        group: str = DEFAULT_GROUP,
+        batch: int = 50_000,
+        on_batch: Callable[[ArchiveResult], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.topic = topic
+        self.out = out
+        self.group = group
+        self.batch = batch
+        self.on_batch = on_batch
+        crash = os.environ.get(CRASH_HOOK)
+        self._crash_after = int(crash) if crash else None
+        self._files_written = 0
+
+    def run(self) -> ArchiveResult:
+        """Archive everything up to the topic's end as it is now."""
+        started = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        committed = self.log.committed(self.group, self.topic) or 0
+        result = ArchiveResult(committed, committed)
+        result.removed_partial = self._remove_uncommitted(committed)
+        info = next((t for t in self.log.topics() if t.name == self.topic), None)
+        offset = committed
+        if info is not None and info.start_offset > offset:
+            result.lost_to_retention = info.start_offset - offset
+            offset = info.start_offset
+        end = self.log.end_offset(self.topic)
+        while offset < end:
+            records = self.log.read(self.topic, offset, min(self.batch, end - offset))
+            if not records:
+                break
+            rows: dict[str, list[dict[str, Any]]] = {}
+            bad: list[dict[str, Any]] = []
+            for rec in records:
+                try:
+                    row = events.parse(rec.offset, rec.value)
+                except events.Rejected as exc:
+                    reason = str(exc)
+                    result.reasons[reason] = result.reasons.get(reason, 0) + 1
+                    raw = (rec.value or b"")[:4096].decode("utf-8", errors="replace")
+                    bad.append({"offset": rec.offset, "reason": reason, "value": raw})
+                    continue
+                rows.setdefault(events.day(row["ts"]), []).append(row)
+            for day, day_rows in sorted(rows.items()):
+                self._write_parquet(day, day_rows)
+                result.files += 1
+            if bad:
+                self._write_rejected(bad)
+                result.files += 1
+            offset = records[-1].offset + 1
+            self.log.commit(self.group, self.topic, offset)
+            result.archived += sum(len(r) for r in rows.values())
+            result.rejected += len(bad)
+            result.to_offset = offset
+            if self.on_batch is not None:
+                self.on_batch(result)
+        result.seconds = time.monotonic() - started
+        return result
+
+    # --- files ----------------------------------------------------------------------------
+
+    def _remove_uncommitted(self, committed: int) -> int:
+        """Delete temporary files and files of records at or past ``committed``."""
+        removed = 0
+        for path in self.out.rglob("*"):
+            if not path.is_file():
+                continue
+            if path.name.endswith(".tmp"):
+                path.unlink()
+                removed += 1
+                continue
+            match = FILE_RE.match(path.name)
+            if match and int(match.group(1)) >= committed:
+                path.unlink()
+                removed += 1
+        return removed
+
+    def _write_parquet(self, day: str, rows: list[dict[str, Any]]) -> None:
+        pa, pq = _pyarrow()
+        table = pa.Table.from_pylist(rows, schema=arrow_schema())
+        name = f"events-{rows[0]['offset']:020d}-{rows[-1]['offset']:020d}.parquet"
+        self._durably(self.out / f"date={day}" / name, lambda tmp: pq.write_table(table, tmp))
+
+    def _write_rejected(self, bad: list[dict[str, Any]]) -> None:
+        name = f"rejected-{bad[0]['offset']:020d}-{bad[-1]['offset']:020d}.jsonl"
+        data = b"".join(orjson.dumps(item) + b"\n" for item in bad)
+        self._durably(self.out / "rejected" / name, lambda tmp: tmp.write_bytes(data))
+
+    def _durably(self, path: Path, write: Callable[[Path], object]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._files_written += 1
+        if self._crash_after is not None and self._files_written >= self._crash_after:
+            with contextlib.suppress(Exception):
+                os.write(2, b"archive: crash hook: dying before the commit\n")
+            os._exit(70)

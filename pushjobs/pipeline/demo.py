@@ -1,0 +1,181 @@
+"""Realistic synthetic event histories, for ``pushjobs report --demo`` and the benchmark.
+
+A fleet of ``nodes`` over ``days``: most nodes stay up and flap rarely, a few flap often;
+jobs of a few commands run on random subsets all day; votes take tens of milliseconds,
+runs take what their command takes, a few nodes are stragglers (several times slower),
+and failures, timeouts, crashes and nacks happen at rates that differ by command. The
+records are what the server writes (DESIGN section 7), with log offsets in emission order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pushjobs.pipeline import events
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    run_ms: float  # median run time
+    fail: float
+    timeout: float
+    nack: float
+
+
+COMMANDS = (
+    Command("uptime", 40, 0.002, 0.0, 0.005),
+    Command("chef-client", 25_000, 0.03, 0.01, 0.01),
+    Command("deploy-web", 8_000, 0.05, 0.005, 0.02),
+    Command("backup", 60_000, 0.01, 0.03, 0.0),
+)
+
+
+def history(
+    *,
+    nodes: int = 40,
+    days: float = 7.0,
+    jobs_per_day: int = 300,
+    targets: tuple[int, int] = (5, 30),
+    start_ms: int = 1_790_000_000_000,
+    seed: int = 1,
+) -> Iterator[dict[str, Any]]:
+    rng = random.Random(seed)
+    names = [f"web-{i:04d}" for i in range(nodes)]
+    flappy = set(rng.sample(names, max(1, nodes // 20)))
+    slow = set(rng.sample(names, max(1, nodes // 25)))
+    end_ms = start_ms + int(days * DAY_MS)
+    offset = 0
+
+    def emit(kind: str, ts: int, **fields: Any) -> dict[str, Any]:
+        nonlocal offset
+        row = dict.fromkeys(
+            ("job_id", "node", "state", "prev_state", "command", "exit_status", "duration_ms")
+        )
+        row.update(offset=offset, ts=ts, kind=kind, server="server-1", **fields)
+        offset += 1
+        return row
+
+    for name in names:  # liveness first: everyone comes online at the start
+        yield emit("node_online", start_ms + rng.randrange(60_000), node=name, state="online")
+        ts = start_ms
+        rate = 8.0 if name in flappy else 0.15  # outages per day
+        while True:
+            ts += int(rng.expovariate(rate / DAY_MS))
+            if ts >= end_ms:
+                break
+            yield emit("node_offline", ts, node=name, state="offline")
+            ts += int(rng.expovariate(1 / (20 * 60_000 if name in flappy else 5 * 60_000)))
+            yield emit("node_online", ts, node=name, state="online")
+    count = int(days * jobs_per_day)
+    for j in range(count):
+        t0 = start_ms + int((j + rng.random()) * (end_ms - start_ms) / count)
+        cmd = rng.choice(COMMANDS)
+        job = f"{t0:x}{j:06x}"
+        chosen = rng.sample(names, min(nodes, rng.randint(*targets)))
+        yield emit("job_created", t0, job_id=job, command=cmd.name, state="new")
+        yield emit(
+            "job_state", t0 + 1, job_id=job, command=cmd.name, state="voting", prev_state="new"
+        )
+        votes = {}
+        for node in chosen:
+            at = t0 + 1 + int(rng.lognormvariate(3.2, 0.5))  # ~25 ms
+            state = "nacked" if rng.random() < cmd.nack else "ready"
+            votes[node] = state
+            yield emit(
+                "node_state",
+                at,
+                job_id=job,
+                node=node,
+                command=cmd.name,
+                state=state,
+                prev_state="new",
+            )
+        ready = [n for n, s in votes.items() if s == "ready"]
+        run0 = t0 + 200
+        if not ready:
+            yield emit(
+                "job_state",
+                run0,
+                job_id=job,
+                command=cmd.name,
+                state="quorum_failed",
+                prev_state="voting",
+            )
+            continue
+        yield emit(
+            "job_state", run0, job_id=job, command=cmd.name, state="running", prev_state="voting"
+        )
+        last = run0
+        for node in ready:
+            factor = 4.0 if node in slow else 1.0
+            took = int(cmd.run_ms * factor * rng.lognormvariate(0, 0.35))
+            draw = rng.random()
+            if draw < cmd.timeout:
+                state, status, took = "timed_out", None, int(cmd.run_ms * 10)
+            elif draw < cmd.timeout + cmd.fail:
+                state, status = "failed", 1
+            elif draw < cmd.timeout + cmd.fail + 0.001:
+                state, status = "crashed", None
+            else:
+                state, status = "succeeded", 0
+            yield emit(
+                "node_state",
+                run0 + 5,
+                job_id=job,
+                node=node,
+                command=cmd.name,
+                state="running",
+                prev_state="ready",
+            )
+            yield emit(
+                "node_state",
+                run0 + took,
+                job_id=job,
+                node=node,
+                command=cmd.name,
+                state=state,
+                prev_state="running",
+                exit_status=status,
+                duration_ms=took,
+            )
+            last = max(last, run0 + took)
+        yield emit(
+            "job_state", last, job_id=job, command=cmd.name, state="complete", prev_state="running"
+        )
+
+
+def write_parquet(rows: Iterator[dict[str, Any]], out: Path, chunk: int = 500_000) -> int:
+    """Write rows in the archive's layout (``date=.../events-<first>-<last>.parquet``)."""
+    from pushjobs.pipeline.archive import _pyarrow, arrow_schema
+
+    pa, pq = _pyarrow()
+    schema = arrow_schema()
+    total = 0
+    buffer: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        by_day: dict[str, list[dict[str, Any]]] = {}
+        for row in buffer:
+            by_day.setdefault(events.day(row["ts"]), []).append(row)
+        for day, day_rows in by_day.items():
+            folder = out / f"date={day}"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"events-{day_rows[0]['offset']:020d}-{day_rows[-1]['offset']:020d}.parquet"
+            pq.write_table(pa.Table.from_pylist(day_rows, schema=schema), folder / name)
+        buffer.clear()
+
+    for row in rows:
+        buffer.append(row)
+        total += 1
+        if len(buffer) >= chunk:
+            flush()
+    if buffer:
+        flush()
+    return total

@@ -1,0 +1,85 @@
+"""The archived form of an event record (DESIGN section 7), and checking one record. Pure.
+
+A record the server wrote to the ``events`` topic becomes one row with the log offset it
+had; a record that is not a usable event is *rejected* with a reason, never dropped
+silently: the archiver counts it and keeps it aside with its offset.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import orjson
+
+KINDS: Final = frozenset(
+    {"job_created", "job_state", "node_state", "node_online", "node_offline", "output"}
+)
+
+# (column, arrow type name) in file order; the archive and every reader agree on this.
+COLUMNS: Final = (
+    ("offset", "int64"),
+    ("ts", "int64"),
+    ("kind", "string"),
+    ("job_id", "string"),
+    ("node", "string"),
+    ("state", "string"),
+    ("prev_state", "string"),
+    ("command", "string"),
+    ("exit_status", "int64"),
+    ("duration_ms", "int64"),
+    ("server", "string"),
+)
+STRING_FIELDS: Final = ("kind", "job_id", "node", "state", "prev_state", "command", "server")
+INT_FIELDS: Final = ("exit_status", "duration_ms")
+NEEDS: Final = {
+    "job_created": ("job_id",),
+    "job_state": ("job_id", "state"),
+    "node_state": ("job_id", "node", "state"),
+    "node_online": ("node",),
+    "node_offline": ("node",),
+    "output": ("job_id", "node"),
+}
+MAX_TS_MS: Final = 253402300799999  # 9999-12-31: later is a corrupt clock, not a date
+
+
+class Rejected(ValueError):
+    """A record that is not a usable event; the message says why."""
+
+
+def parse(offset: int, value: bytes | None) -> dict[str, Any]:
+    """The archived row of one ``events`` record, or ``Rejected``."""
+    if value is None:
+        raise Rejected("tombstone")
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise Rejected("not JSON") from None
+    if not isinstance(obj, dict):
+        raise Rejected("not a JSON object")
+    ts = obj.get("ts")
+    if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
+        raise Rejected("ts is not a time in ms")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise Rejected(f"unknown kind {str(kind)[:40]!r}")
+    row: dict[str, Any] = {"offset": offset, "ts": ts}
+    for name in STRING_FIELDS:
+        v = obj.get(name)
+        if v is not None and not isinstance(v, str):
+            raise Rejected(f"{name} is not a string")
+        row[name] = v
+    for name in INT_FIELDS:
+        v = obj.get(name)
+        if v is not None and type(v) is not int:
+            raise Rejected(f"{name} is not an integer")
+        row[name] = v
+    for name in NEEDS[kind]:
+        if not row[name]:
+            raise Rejected(f"{kind} without {name}")
+    return row
+
+
+def day(ts_ms: int) -> str:
+    """The UTC date partition of a timestamp: ``YYYY-MM-DD``."""
+    return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).strftime("%Y-%m-%d")

