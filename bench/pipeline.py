@@ -91,7 +91,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.monotonic()
     settings = ReportSettings(driver_memory=args.driver_memory)
-    spark = spark_session(settings)
+    spark = spark_session(
+        settings, log_file=Path(tempfile.gettempdir()) / "pushjobs-bench-spark.log"
+    )
     spark.range(1).count()  # the JVM is up and has run one job
     startup = time.monotonic() - started
     print(

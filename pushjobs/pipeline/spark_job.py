@@ -7,7 +7,6 @@ metric) come back to the driver.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pushjobs.pipeline import events
@@ -180,6 +179,7 @@ def _samples(F: Any, good: Any, since: int, until: int) -> Any:
     end = prev.isin("ready", "running") & state.isin(*RUN_ENDS) & F.col("running_ts").isNotNull()
     return states.select(
         "node",
+        "command",
         F.when(vote, F.lit("commit_to_ack")).when(end, F.lit("run_to_finish")).alias("metric"),
         F.greatest(
             F.lit(0),
@@ -218,13 +218,17 @@ def _lat_row(metric: str, scope: str, count: int, q: list[float]) -> dict[str, A
 
 def _stragglers(F: Any, samples: Any, factor: float) -> list[dict[str, Any]]:
     runs = samples.where(F.col("metric") == "run_to_finish")
-    median_row = runs.agg(F.expr("percentile(ms, 0.5)").alias("m")).first()
-    median = median_row["m"] if median_row is not None else None
-    if median is None or (isinstance(median, float) and math.isnan(median)):
-        return []
-    p95 = runs.groupBy("node").agg(F.expr("percentile(ms, 0.95)").alias("p95"))
-    rows = p95.where(F.col("p95") > factor * median).collect()
+    medians = runs.groupBy("command").agg(F.expr("percentile(ms, 0.5)").alias("median"))
+    p95 = runs.groupBy("command", "node").agg(F.expr("percentile(ms, 0.95)").alias("p95"))
+    rows = (
+        p95.join(medians, "command").where(F.col("p95") > F.lit(factor) * F.col("median")).collect()
+    )
     return [
-        {"node": r["node"], "run_p95_ms": float(r["p95"]), "fleet_median_ms": float(median)}
-        for r in sorted(rows, key=lambda r: r["node"])
+        {
+            "node": r["node"],
+            "command": r["command"],
+            "run_p95_ms": float(r["p95"]),
+            "command_median_ms": float(r["median"]),
+        }
+        for r in sorted(rows, key=lambda r: (r["node"], r["command"]))
     ]

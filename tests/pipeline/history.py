@@ -144,8 +144,10 @@ LATENCY = [
     _lat("run_to_finish", "c", 2, 5250.0, 9525.0, 9905.0),
 ]
 
-# Fleet run_to_finish median 1000; factor 2 -> p95 above 2000: b (3000) and c (9525).
+# Stragglers, per command (factor 2):
+#   uptime runs [a 1000, a 500, b 3000, c 10000] -> median 2000 (pos 1.5), threshold 4000;
+#     p95: a [500,1000] -> 975, b 3000, c 10000 -> c only
+#   deploy runs [a 1000, c 500] -> median 750, threshold 1500; p95 a 1000, c 500 -> none
 STRAGGLERS = [
-    {"node": "b", "run_p95_ms": 3000.0, "fleet_median_ms": 1000.0},
-    {"node": "c", "run_p95_ms": 9525.0, "fleet_median_ms": 1000.0},
+    {"node": "c", "command": "uptime", "run_p95_ms": 10000.0, "command_median_ms": 2000.0},
 ]

@@ -48,8 +48,9 @@ def test_latency(report):
 
 def test_stragglers(report):
     assert report.stragglers == h.STRAGGLERS
+    # 10000 is exactly 5 x 2000: "more than" the factor, so not a straggler at 5
     higher = compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, straggler_factor=5.0)
-    assert [s["node"] for s in higher.stragglers] == ["c"]
+    assert higher.stragglers == []
 
 
 def test_empty_input():
