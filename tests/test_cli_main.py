@@ -28,7 +28,7 @@ def test_version(tmp_path):
     assert result.stdout.strip() == f"pushjobs {__version__}"
 
 
-@pytest.mark.parametrize("group", ["key", "log"])
+@pytest.mark.parametrize("group", ["key", "log", "simulate", "archive", "report"])
 def test_help_lists_the_commands(tmp_path, group):
     result = pushjobs(group, "--help", env_home=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -45,3 +45,34 @@ def test_key_gen_through_the_console_script(tmp_path):
     result = pushjobs("key", "gen", "n1", "--json", env_home=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "keys" / "n1.key").exists()
+
+
+def test_report_without_an_archive_says_what_to_do(tmp_path):
+    result = pushjobs("report", "--input", str(tmp_path / "nothing"), env_home=tmp_path)
+    assert result.returncode == 8
+    assert "run 'pushjobs archive' first, or try --demo" in result.stderr
+
+
+def test_report_bad_window_is_a_usage_error(tmp_path):
+    (tmp_path / "archive").mkdir()
+    result = pushjobs(
+        "report", "--input", str(tmp_path / "archive"), "--since", "last tuesday", env_home=tmp_path
+    )
+    assert result.returncode == 2
+    assert "neither an ISO date/time" in result.stderr
+
+
+def test_archive_of_a_missing_log_is_a_clear_error(tmp_path):
+    result = pushjobs("archive", "--log", str(tmp_path / "no.db"), env_home=tmp_path)
+    assert result.returncode != 0
+    assert "no.db" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_simulate_rejects_impossible_rates(tmp_path):
+    (tmp_path / "server.pub").write_text("x")
+    result = pushjobs(
+        "simulate", "run", "--api", "tcp://127.0.0.1:1", "--server-key", "server.pub",
+        "-n", "1", "--fail-rate", "0.8", "--crash-rate", "0.5", env_home=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "fail_rate + crash_rate must not exceed 1" in result.stderr
