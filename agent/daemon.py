@@ -44,7 +44,8 @@ from agent.config import AgentConfig
 from agent.discovery import Discovery, backoff_s, server_resolver, session_key
 from agent.executor import Execution, Outcome
 from agent.journal import Journal
-from agent.runner import Action, JobRunner, KillProcess, Remember, Reply, StartProcess
+from agent.link import ServerLink
+from agent.runner import REPLY_TYPES, Action, JobRunner, KillProcess, Remember, Reply, StartProcess
 from keys import files
 from keys.fingerprint import key_id
 from pushjobs.config import load_config
@@ -70,17 +71,6 @@ REPLY_HWM = 16
 MAX_QUEUED_REPLIES = 10_000
 RESEND_OUTCOME_WITHIN_MS = 3600_000
 MAX_WAIT_S = 1.0
-
-REPLY_TYPES: dict[str, type[m.Message]] = {
-    "ack_commit": m.AckCommit,
-    "nack_commit": m.NackCommit,
-    "ack_run": m.AckRun,
-    "nack_run": m.NackRun,
-    "aborted": m.Aborted,
-    "started": m.Started,
-    "succeeded": m.Succeeded,
-    "failed": m.Failed,
-}
 
 
 def now_ms() -> int:
@@ -165,6 +155,12 @@ class Agent:
 
         self.node_config: m.NodeConfig | None = None
         self.session: Outbox | None = None
+        self.link = ServerLink(
+            self.transport,
+            CurveKeys(self.identity.public.curve_public, self.identity.curve_secret),
+            self.server.curve_public,
+            REPLY_HWM,
+        )
         self.sub: zmq.Socket[bytes] | None = None
         self.push: zmq.Socket[bytes] | None = None
         self.liveness: LivenessTracker | None = None
@@ -315,22 +311,8 @@ class Agent:
             self.session.limits = self.limits
         self.beat_inbox = Inbox(self._resolve, cfg.max_skew_s)
         self.cmd_inbox = Inbox(self._resolve_command, cfg.max_skew_s, self.limits)
-        if old is None or old.heartbeat_endpoint != cfg.heartbeat_endpoint:
-            if self.sub is not None:
-                self.transport.close_socket(self.sub)
-            self.sub = self.transport.socket("sub", connect=cfg.heartbeat_endpoint, hwm=100)
-        if old is None or old.reply_endpoint != cfg.reply_endpoint:
-            if self.push is not None:
-                self.transport.close_socket(self.push)
-            self.push = self.transport.socket(
-                "push",
-                connect=cfg.reply_endpoint,
-                hwm=REPLY_HWM,
-                curve_client=CurveKeys(
-                    self.identity.public.curve_public, self.identity.curve_secret
-                ),
-                server_public=self.server.curve_public,
-            )
+        self.link.follow(old, cfg)
+        self.sub, self.push = self.link.sub, self.link.push
         self.liveness = LivenessTracker(cfg.interval_s, cfg.offline_threshold, cfg.online_threshold)
         # The signed answer is proof the server is alive: online at once.
         for _ in range(cfg.online_threshold):

@@ -22,6 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pushjobs.protocol import messages as m
+
+# The message each reply kind is sent as (the runner's kinds plus a process's outcomes).
+REPLY_TYPES: dict[str, type[m.Message]] = {
+    "ack_commit": m.AckCommit,
+    "nack_commit": m.NackCommit,
+    "ack_run": m.AckRun,
+    "nack_run": m.NackRun,
+    "aborted": m.Aborted,
+    "started": m.Started,
+    "succeeded": m.Succeeded,
+    "failed": m.Failed,
+}
+
 
 class RunnerState(StrEnum):
     IDLE = "idle"

@@ -27,21 +27,20 @@ from typing import Any
 
 import orjson
 
-from agent.runner import Action, JobRunner, KillProcess, Remember, Reply, RunnerState, StartProcess
+from agent.runner import (
+    REPLY_TYPES,
+    Action,
+    JobRunner,
+    KillProcess,
+    Remember,
+    Reply,
+    RunnerState,
+    StartProcess,
+)
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.framing import header_for
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner
-
-REPLY_TYPES: dict[str, type[m.Message]] = {
-    "ack_commit": m.AckCommit,
-    "nack_commit": m.NackCommit,
-    "ack_run": m.AckRun,
-    "nack_run": m.NackRun,
-    "aborted": m.Aborted,
-    "succeeded": m.Succeeded,
-    "failed": m.Failed,
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ import orjson
 import zmq
 
 from agent.discovery import REPLY_LIMITS, server_resolver
+from agent.link import ServerLink
 from agent.simkeys import DEFAULT_PREFIX, DEFAULT_SEED, SimKeys, node_name
 from agent.simnode import Behaviour, Effect, ExpireAt, FinishAt, Later, Restart, SimNode
 from keys import fingerprint
@@ -142,6 +143,7 @@ class Simulator:
         self.config_inbox = Inbox(resolve, 300.0, REPLY_LIMITS)
         self.beat_inbox = Inbox(resolve, 30.0)
         self.cmd_inbox = Inbox(resolve_command, 30.0)
+        self.link = ServerLink(self.transport, curve, server.curve_public, PUSH_HWM)
         self.sub: zmq.Socket[bytes] | None = None
         self.push: zmq.Socket[bytes] | None = None
         self.cfg: m.NodeConfig | None = None
@@ -337,20 +339,8 @@ class Simulator:
     def _apply_server_config(self, cfg: m.NodeConfig, now: float) -> None:
         old = self.cfg
         self.cfg = cfg
-        if old is None or old.heartbeat_endpoint != cfg.heartbeat_endpoint:
-            if self.sub is not None:
-                self.transport.close_socket(self.sub)
-            self.sub = self.transport.socket("sub", connect=cfg.heartbeat_endpoint, hwm=100)
-        if old is None or old.reply_endpoint != cfg.reply_endpoint:
-            if self.push is not None:
-                self.transport.close_socket(self.push)
-            self.push = self.transport.socket(
-                "push",
-                connect=cfg.reply_endpoint,
-                hwm=PUSH_HWM,
-                curve_client=self.curve,
-                server_public=self.s.server.curve_public,
-            )
+        self.link.follow(old, cfg)
+        self.sub, self.push = self.link.sub, self.link.push
         if old is None or old.server_incarnation != cfg.server_incarnation:
             self.server_incarnation = cfg.server_incarnation
             limits = Limits(max_body_bytes=cfg.max_body_bytes)
