@@ -126,6 +126,25 @@ def test_drain_takes_a_batch_without_blocking(transport):
     assert drain(pull, 4) == []
 
 
+def test_drain_keeps_every_part_of_each_message(transport):
+    pull = transport.socket("pull", bind=ANY_PORT)
+    push = transport.socket("push", connect=bound_endpoint(pull))
+    sent = [
+        [b"one"],
+        [b"a", b"", b"c"],
+        [b"x" * 100_000, b"y"],  # past zmq's small-message size: a zero-copy frame
+        [b"1", b"2", b"3", b"4", b"5"],
+    ]
+    for message in sent:
+        push.send_multipart(message)
+    got: list[list[bytes]] = []
+    while len(got) < len(sent):
+        assert pull.poll(5000)
+        got.extend(drain(pull, 100))
+    assert got == sent
+    assert all(type(part) is bytes for message in got for part in message)
+
+
 def test_bind_conflict_is_translated(transport):
     first = transport.socket("pull", bind=ANY_PORT)
     with pytest.raises(
