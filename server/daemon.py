@@ -249,6 +249,19 @@ class Server:
         if replayed:
             log.info("applied %d job replies received while standing by", replayed)
         active = list(self.coordinator.active())
+        # Rewritten whole once: a job restored from an older layout (one record, or
+        # chunks of another size) must not get a header that names chunks never written.
+        rewrite = [
+            record
+            for job in active
+            for record in records.snapshot_records(
+                job, self.coordinator.versions.get(job.job_id, 0)
+            )
+        ]
+        try:
+            self._append(self.topics.assignments, rewrite)
+        except ApiError:
+            return  # deposed at once: _append stood this server by
         self.recovering = {
             name
             for job in active

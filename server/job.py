@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from pushjobs.errors import StateError
 
 
@@ -130,7 +132,12 @@ TERMINAL_NODE_STATES = frozenset(NodeState) - {N.NEW, N.READY, N.RUNNING}
 TERMINAL_JOB_STATES = frozenset(JobState) - {J.NEW, J.VOTING, J.RUNNING}
 
 
-CHUNK_NODES = 500
+# Nodes per snapshot chunk. A change rewrites its whole chunk, and the replies to a big
+# job land on every chunk between two flushes, so the bytes written per reply grow with
+# this. One phase of a 40,000-node job flushed 100 replies at a time wrote 1.35 GB with
+# chunks of 500, 116 MB with 25 (bench figures in the session notes).
+CHUNK_NODES = 25
+LEGACY_CHUNK_NODES = 500  # snapshots written before headers said their chunk size
 MAX_REASON_CHARS = 500
 
 
@@ -241,6 +248,7 @@ class Job:
     run_started_ms: int | None = None
     run_deadline_ms: int | None = None
     finished_ms: int | None = None
+    chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
     _counts: Counter[NodeState] = field(
@@ -248,6 +256,10 @@ class Job:
     )
     _positions: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _order: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    # Each node's serialized chunk entry, dropped by ``_node`` when the node changes: a
+    # chunk is rewritten whenever any of its nodes changes, and replies to a big job
+    # land all over it, so rows are encoded once per change, not once per rewrite.
+    _rows: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
@@ -309,6 +321,7 @@ class Job:
         if new is None:
             raise StateError(f"job {self.job_id}: {node} cannot {event} while {record.state}")
         out.append(NodeChanged(self.job_id, node, record.state, new, now_ms, exit_status, reason))
+        self._rows.pop(node, None)
         self._counts[record.state] -= 1
         self._counts[new] += 1
         record.state = new
@@ -481,32 +494,53 @@ class Job:
     # --- the snapshot in the log, in chunks -----------------------------------------------
     #
     # A job's ``assignments`` snapshot is a header (``snapshot(nodes=False)`` plus the
-    # number of chunks) and the node table in chunks of ``CHUNK_NODES`` nodes, each its own
-    # compacted key. A change rewrites the header and only the chunks it touched, so a
-    # reply to a 50,000-node job costs O(chunk), not O(targets), and no record outgrows
-    # the log's value limit.
+    # number and size of its chunks) and the node table in chunks of ``chunk_nodes``
+    # nodes, each its own compacted key. A change rewrites the header and only the chunks
+    # it touched, so a reply to a 50,000-node job costs O(chunk), not O(targets), and no
+    # record outgrows the log's value limit.
 
     @property
     def chunks(self) -> int:
-        return -(-len(self.nodes) // CHUNK_NODES)
+        return -(-len(self.nodes) // self.chunk_nodes)
 
     def chunk_of(self, node: str) -> int:
         if not self._positions:  # targets never change after creation: index them once
             self._positions = {name: i for i, name in enumerate(self.nodes)}
-        return self._positions[node] // CHUNK_NODES
+        return self._positions[node] // self.chunk_nodes
 
     def header(self) -> dict[str, Any]:
-        return {**self.snapshot(nodes=False), "chunks": self.chunks}
+        return {
+            **self.snapshot(nodes=False),
+            "chunks": self.chunks,
+            "chunk_nodes": self.chunk_nodes,
+        }
 
     def chunk(self, index: int) -> dict[str, Any]:
-        if not self._order:
-            self._order = list(self.nodes)
-        names = self._order[index * CHUNK_NODES : (index + 1) * CHUNK_NODES]
         return {
             "job_id": self.job_id,
             "chunk": index,
-            "nodes": {name: _node_json(self.nodes[name]) for name in names},
+            "nodes": {name: _node_json(self.nodes[name]) for name in self._chunk_names(index)},
         }
+
+    def chunk_bytes(self, index: int) -> bytes:
+        """``orjson.dumps(self.chunk(index))``, built from cached rows."""
+        rows = self._rows
+        parts = []
+        for name in self._chunk_names(index):
+            row = rows.get(name)
+            if row is None:
+                row = rows[name] = (
+                    orjson.dumps(name) + b":" + orjson.dumps(_node_json(self.nodes[name]))
+                )
+            parts.append(row)
+        head = b'{"job_id":' + orjson.dumps(self.job_id) + b',"chunk":%d,"nodes":{' % index
+        return head + b",".join(parts) + b"}}"
+
+    def _chunk_names(self, index: int) -> list[str]:
+        if not self._order:
+            self._order = list(self.nodes)
+        size = self.chunk_nodes
+        return self._order[index * size : (index + 1) * size]
 
     @classmethod
     def restore(cls, snap: Mapping[str, Any]) -> Job:
@@ -537,6 +571,7 @@ class Job:
             run_started_ms=snap["run_started_ms"],
             run_deadline_ms=snap["run_deadline_ms"],
             finished_ms=snap["finished_ms"],
+            chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 
     # --- internals ----------------------------------------------------------------------

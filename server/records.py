@@ -130,7 +130,7 @@ def snapshot_records(
     key = f"job:{job.job_id}"
     out = [(key, orjson.dumps({**job.header(), "version": version}))]
     for index in sorted(range(job.chunks) if chunks is None else set(chunks)):
-        out.append((f"{key}{CHUNK_KEY}{index}", orjson.dumps(job.chunk(index))))
+        out.append((f"{key}{CHUNK_KEY}{index}", job.chunk_bytes(index)))
     return out
 
 

@@ -114,3 +114,47 @@ def test_counts_match_a_recount_through_random_replies():
     recount = Counter(r.state.value for r in job.nodes.values())
     assert job.summary() == dict(sorted(recount.items()))
     assert job.all_succeeded() is (recount["succeeded"] == len(names))
+
+
+def test_chunk_bytes_are_the_chunk_as_json_and_follow_every_change():
+    coord = Coordinator()
+    names = big_job(coord, 2 * CHUNK_NODES + 3)
+    job = coord.jobs["j1"]
+
+    def same() -> None:
+        for i in range(job.chunks):
+            assert job.chunk_bytes(i) == orjson.dumps(job.chunk(i))
+
+    same()  # every row now cached
+    job.ack_commit(names[0], T0 + 1)
+    job.nack_commit(names[CHUNK_NODES], T0 + 2, 'says "no" \\ with ünïcode\n')
+    same()
+    for name in names[1:CHUNK_NODES]:
+        job.ack_commit(name, T0 + 3)
+    same()
+    job.abort(T0 + 4, "operator changed their mind")
+    same()
+    restored = orjson.loads(job.chunk_bytes(2))["nodes"][names[-1]]
+    assert restored["state"] == job.nodes[names[-1]].state.value == "aborted"
+
+
+def test_a_job_in_500_node_chunks_from_before_keeps_its_layout():
+    log = MemoryLog()
+    topics = create_standard_topics(log)
+    coord = Coordinator()
+    names = big_job(coord, 1001)
+    job = coord.jobs["j1"]
+    job.chunk_nodes = 500  # as every job was written before headers named the size
+    records = snapshot_records(job, 1)
+    header = orjson.loads(records[0][1])
+    del header["chunk_nodes"]
+    log.append_batch(topics.assignments, [(records[0][0], orjson.dumps(header)), *records[1:]])
+    [(restored, _)] = recover(log, topics).jobs
+    assert (restored.chunk_nodes, restored.chunks) == (500, 3)
+    restored.ack_commit(names[-1], T0 + 9)
+    log.append_batch(
+        topics.assignments, snapshot_records(restored, 2, {restored.chunk_of(names[-1])})
+    )
+    found = recover(log, topics)
+    assert found.damaged == []
+    assert found.jobs[0][0].nodes[names[-1]].state is NodeState.READY
