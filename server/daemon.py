@@ -40,6 +40,7 @@ from keys.fingerprint import key_id
 from keys.identity import b64
 from keys.registry import KeyRegistry
 from keys.states import KeyState
+from pushjobs import collector
 from pushjobs.api import methods
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.config import load_config
@@ -722,6 +723,7 @@ class Server:
             },
             "command_sockets": self.channels.command_sockets,
             "expiry_deferred": self.counters["expiry_deferred"],
+            "gc": collector.stats(),
         }
 
     def start_job(self, request: JobRequest, caller: str) -> str:
@@ -982,6 +984,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s pushjobs-server: %(message)s",
         stream=sys.stderr,
     )
+    collector.tune()
     try:
         config = load_config(ServerConfig, args.config)
         server = Server(config)

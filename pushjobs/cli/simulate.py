@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from pushjobs import paths
+from pushjobs import collector, paths
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import error, handle_errors, print_json
 
@@ -185,6 +185,7 @@ def run(
         duration_s=duration,
         rng_seed=rng_seed,
     )
+    collector.tune()  # 25,000 nodes per process: the same long-lived heap as a server's
     sim = Simulator(settings)
 
     def stop(signum: int, frame: object) -> None:

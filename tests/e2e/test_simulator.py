@@ -66,6 +66,7 @@ def test_silent_nodes_go_offline_and_come_back(mixed) -> None:
     fleet.wait_online(["sim-00000", "sim-00001"])
     info = fleet.call("server.info")
     assert info["transitions"]["offline"] == 2
+    assert len(info["gc"]["collections"]) == 3  # the server process runs the gc policy
 
 
 def test_a_simulated_node_restarted_mid_run_is_crashed(mixed) -> None:
