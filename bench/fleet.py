@@ -254,6 +254,16 @@ def one_size(k: int, args: argparse.Namespace) -> dict[str, Any]:
             )
         out["jobs"] = jobs
         out["server_rss_after_jobs_mib"] = memory_mib(server.pid)[0]
+        # Whole run: the full collections of the enrolment burst and of the jobs.
+        out["server_gc"] = info(client).get("gc", {})
+        if out["server_gc"]:
+            gc = out["server_gc"]
+            print(
+                f"  server gc: full collections {gc['collections'][2]}, "
+                f"pauses total {gc['pause_total_ms'][2]:.0f} ms, "
+                f"longest {gc['pause_max_ms'][2]:.0f} ms",
+                flush=True,
+            )
         client.close()
     return out
 
