@@ -96,6 +96,7 @@ from server.targeting import select
 log = logging.getLogger("pushjobs.server")
 
 BATCH = 4096
+ASKED_KEEP_MS = 60_000  # far past RESEND_AFTER_MS: a repeat is judged against this
 MAX_WAIT_S = 0.25  # bounds how long a signal waits to be noticed
 API_MAX_BYTES = 32 * 1024 * 1024  # API replies (job lists, node lists) may be large
 API_WINDOWS = 100_000  # client processes whose replay windows are remembered
@@ -365,7 +366,7 @@ class Server:
         if now >= self.next_registry:
             self._check_revoked(now, now_ms)
             self.sessions.expire(now)
-            self.asked = {k: t for k, t in self.asked.items() if now_ms - t < 60_000}
+            self._forget_asked(now_ms - ASKED_KEEP_MS)
             self.next_registry = now + self.config.server.registry_check_s
         if self.recovery_deadline is not None and now >= self.recovery_deadline:
             for name in self.recovering:
@@ -445,6 +446,16 @@ class Server:
             key = (send.job_id, node)
             if beat_ms - self.asked.get(key, -RESEND_AFTER_MS) >= RESEND_AFTER_MS:
                 self.sends.append(send)
+
+    def _forget_asked(self, before_ms: int) -> None:
+        """Drop what was sent before ``before_ms``: O(dropped), not O(entries) per pass."""
+        stale = []
+        for key, sent_ms in self.asked.items():
+            if sent_ms >= before_ms:
+                break
+            stale.append(key)
+        for key in stale:
+            del self.asked[key]
 
     def _node_online(self, node: str, now_ms: int) -> None:
         self.counters["node_online"] += 1
@@ -904,7 +915,10 @@ class Server:
         if send.kind != "abort":
             # A heartbeat built before this command arrived does not show it yet: no
             # reason to send it again for a while (see ``Coordinator.unreported``).
-            self.asked[(job.job_id, send.node)] = now_ms
+            # Re-inserted, not updated: the dict stays oldest-first for _forget_asked.
+            key = (job.job_id, send.node)
+            self.asked.pop(key, None)
+            self.asked[key] = now_ms
         if send.kind == "commit":
             opts = job.options
             options = RunOptions(

@@ -35,3 +35,22 @@ def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(tmp_path) -> N
         assert server.info()["transitions"]["offline"] == 1
     finally:
         server.close()
+
+
+def test_commands_sent_long_ago_are_forgotten_oldest_first(tmp_path) -> None:
+    sandbox = Sandbox(tmp_path, nodes=[], interval_s=1.0, offline_threshold=3).prepare()
+    clock = FakeClock()
+    server = Server(
+        load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
+    )
+    try:
+        now = clock.wall_ms()
+        server.asked[("j1", "a")] = now - 90_000
+        server.asked[("j1", "b")] = now - 61_000
+        server.asked[("j2", "a")] = now - 1_000
+        server.asked[("j2", "b")] = now
+        clock.advance(server.config.server.registry_check_s + 0.1)  # the pruning pass is due
+        server._timers()
+        assert list(server.asked) == [("j2", "a"), ("j2", "b")]
+    finally:
+        server.close()
