@@ -68,11 +68,12 @@ def test_env_and_cwd(tmp_path):
     assert outcome(done).stdout.split() == ["j1", "y", str(tmp_path)]
 
 
+# Children that live until a signal ends them: what the group kill must reach.
 GRANDCHILD = (
-    "import subprocess, sys, time\n"
-    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+    "import signal, subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])\n"
     "print(child.pid, flush=True)\n"
-    "time.sleep(60)\n"
+    "signal.pause()\n"
 )
 
 
@@ -97,7 +98,7 @@ def test_abort_kills_the_whole_group():
 def test_background_child_holding_the_pipe_does_not_hang_the_job():
     script = (
         "import subprocess, sys\n"
-        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])\n"
         "print(c.pid, flush=True)\n"
     )
     _, done = run([PY, "-c", script])
