@@ -135,7 +135,7 @@ TERMINAL_JOB_STATES = frozenset(JobState) - {J.NEW, J.VOTING, J.RUNNING}
 # Nodes per snapshot chunk. A change rewrites its whole chunk, and the replies to a big
 # job land on every chunk between two flushes, so the bytes written per reply grow with
 # this. One phase of a 40,000-node job flushed 100 replies at a time wrote 1.35 GB with
-# chunks of 500, 116 MB with 25 (bench figures in the session notes).
+# chunks of 500, 116 MB with 25 (bench/snapshots.py).
 CHUNK_NODES = 25
 LEGACY_CHUNK_NODES = 500  # snapshots written before headers said their chunk size
 MAX_REASON_CHARS = 500
@@ -303,6 +303,7 @@ class Job:
         self.state = new
         if new in TERMINAL_JOB_STATES:
             self.finished_ms = now_ms
+            self._rows.clear()  # written at most once more: a kept finished job holds no cache
 
     def _node(
         self,
@@ -529,9 +530,9 @@ class Job:
         for name in self._chunk_names(index):
             row = rows.get(name)
             if row is None:
-                row = rows[name] = (
-                    orjson.dumps(name) + b":" + orjson.dumps(_node_json(self.nodes[name]))
-                )
+                row = orjson.dumps(name) + b":" + orjson.dumps(_node_json(self.nodes[name]))
+                if not self.finished:
+                    rows[name] = row
             parts.append(row)
         head = b'{"job_id":' + orjson.dumps(self.job_id) + b',"chunk":%d,"nodes":{' % index
         return head + b",".join(parts) + b"}}"

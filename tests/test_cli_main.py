@@ -55,11 +55,20 @@ def test_report_without_an_archive_says_what_to_do(tmp_path):
 
 def test_report_bad_window_is_a_usage_error(tmp_path):
     (tmp_path / "archive").mkdir()
+    out = tmp_path / "report"
     result = pushjobs(
-        "report", "--input", str(tmp_path / "archive"), "--since", "last tuesday", env_home=tmp_path
+        "report",
+        "--input",
+        str(tmp_path / "archive"),
+        "--out",
+        str(out),
+        "--since",
+        "last tuesday",
+        env_home=tmp_path,
     )
     assert result.returncode == 2
     assert "neither an ISO date/time" in result.stderr
+    assert "starting Spark" not in result.stderr and not out.exists()  # refused up front
 
 
 def test_archive_of_a_missing_log_is_a_clear_error(tmp_path):

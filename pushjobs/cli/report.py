@@ -86,6 +86,8 @@ def report(
         if not as_json:
             typer.echo(text, err=True)
 
+    # A bad window is a usage error before Spark spends seconds starting.
+    since_ms, until_ms = _ms(since, "--since"), _ms(until, "--until")
     started = time.monotonic()
     if demo:
         from pushjobs.pipeline.demo import history, write_parquet
@@ -103,8 +105,8 @@ def report(
         say(f"reading {location}")
         result = spark_job.compute(
             spark_job.load(spark, location),
-            since=_ms(since, "--since"),
-            until=_ms(until, "--until"),
+            since=since_ms,
+            until=until_ms,
             straggler_factor=settings.straggler_factor,
         )
     finally:

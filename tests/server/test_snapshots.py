@@ -158,3 +158,17 @@ def test_a_job_in_500_node_chunks_from_before_keeps_its_layout():
     found = recover(log, topics)
     assert found.damaged == []
     assert found.jobs[0][0].nodes[names[-1]].state is NodeState.READY
+
+
+def test_a_finished_job_keeps_no_encoded_rows():
+    coord = Coordinator()
+    names = big_job(coord, 2 * CHUNK_NODES)
+    job = coord.jobs["j1"]
+    for i in range(job.chunks):
+        job.chunk_bytes(i)
+    assert len(job._rows) == len(names)  # a live job caches every row it encoded
+    job.abort(T0 + 1, "stop")
+    assert job._rows == {}
+    for i in range(job.chunks):
+        assert job.chunk_bytes(i) == orjson.dumps(job.chunk(i))
+    assert job._rows == {}  # the last write of a finished job leaves nothing behind
