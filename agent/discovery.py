@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import time
 
-import tenacity
 import zmq
 
 from keys.fingerprint import key_id
@@ -38,6 +37,10 @@ def server_resolver(server: PublicIdentity) -> tuple[str, Verifier]:
 
 def backoff_s(attempt: int, minimum_s: float, maximum_s: float) -> float:
     """tenacity's full-jitter exponential wait before attempt number ``attempt + 1``."""
+    # Imported on the first failed attempt: an agent that finds its server at once never
+    # pays tenacity's ~3.5 MiB.
+    import tenacity
+
     wait = tenacity.wait_random_exponential(multiplier=minimum_s, max=maximum_s)
     state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
     state.attempt_number = max(1, attempt)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 
 from pushjobs.errors import TransportError
+from pushjobs.transport.zap import ZapHandler
 
 KINDS = {
     "pub": zmq.PUB,
@@ -36,24 +35,11 @@ class CurveKeys:
     secret: str
 
 
-class _AllowList:
-    """ZAP credentials provider: admits a client only if ``allowed(client_public_z85)``."""
-
-    def __init__(self, allowed: Callable[[str], bool]) -> None:
-        self.allowed = allowed
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        try:
-            return self.allowed(key.decode("ascii"))
-        except Exception:  # a failing check must refuse, never kill the ZAP thread
-            return False
-
-
 class Transport:
     def __init__(self) -> None:
         self.context = zmq.Context()
         self._sockets: list[zmq.Socket[bytes]] = []
-        self._auth: ThreadAuthenticator | None = None
+        self._auth: ZapHandler | None = None
         self._domains = 0
 
     def socket(
@@ -114,11 +100,13 @@ class Transport:
 
     def _allow(self, allowed: Callable[[str], bool]) -> str:
         if self._auth is None:
-            self._auth = ThreadAuthenticator(self.context)
-            self._auth.start()
+            try:
+                self._auth = ZapHandler(self.context)
+            except zmq.ZMQError as exc:
+                raise TransportError(f"cannot start the ZAP handler: {exc}") from exc
         self._domains += 1
         domain = f"pushjobs-{self._domains}"
-        self._auth.configure_curve_callback(domain, credentials_provider=_AllowList(allowed))
+        self._auth.allow(domain, allowed)
         return domain
 
     def _discard(self, sock: zmq.Socket[Any]) -> None:

@@ -1,0 +1,81 @@
+"""The ZAP policy: CURVE only, one check per domain, everything else refused."""
+
+from __future__ import annotations
+
+import zmq
+
+from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
+from pushjobs.transport.zap import decide
+
+FRIEND_PUBLIC, _ = zmq.curve_keypair()
+FRIEND_RAW = zmq.utils.z85.decode(FRIEND_PUBLIC)
+
+
+def request(*, domain=b"d1", mechanism=b"CURVE", credentials=(FRIEND_RAW,), version=b"1.0"):
+    return [version, b"req-7", domain, b"127.0.0.1", b"", mechanism, *credentials]
+
+
+CHECKS = {b"d1": lambda key: key == FRIEND_PUBLIC.decode()}
+
+
+def status(reply: list[bytes]) -> tuple[bytes, bytes]:
+    assert reply[0] == b"1.0" and len(reply) == 6
+    return reply[1], reply[2]
+
+
+def test_the_allowed_key_is_admitted_with_its_key_as_user_id():
+    reply = decide(request(), CHECKS)
+    assert status(reply) == (b"req-7", b"200")
+    assert reply[4] == FRIEND_PUBLIC
+
+
+def test_another_key_is_refused():
+    other, _ = zmq.curve_keypair()
+    reply = decide(request(credentials=(zmq.utils.z85.decode(other),)), CHECKS)
+    assert status(reply) == (b"req-7", b"400")
+    assert reply[4] == b""
+
+
+def test_anything_but_a_well_formed_curve_request_for_a_known_domain_is_refused():
+    plain = request(mechanism=b"PLAIN", credentials=(b"u", b"p"))
+    assert status(decide(plain, CHECKS))[1] == b"400"
+    assert status(decide(request(mechanism=b"NULL", credentials=()), CHECKS))[1] == b"400"
+    assert status(decide(request(credentials=(b"short",)), CHECKS))[1] == b"400"
+    assert status(decide(request(domain=b"elsewhere"), CHECKS))[1] == b"400"
+    assert status(decide(request(version=b"2.0"), CHECKS))[1] == b"500"
+    assert decide([b"1.0"], CHECKS)[2] == b"500"
+    assert decide([], CHECKS)[:3] == [b"1.0", b"", b"500"]
+
+
+def test_a_check_that_raises_refuses():
+    def broken(key: str) -> bool:
+        raise RuntimeError("registry unreadable")
+
+    assert status(decide(request(), {b"d1": broken}))[1] == b"400"
+
+
+def test_domains_added_while_the_handler_runs_are_each_checked():
+    with Transport() as transport:
+        public, secret = zmq.curve_keypair()
+        server = CurveKeys(public.decode(), secret.decode())
+        client_pub, client_sec = zmq.curve_keypair()
+        client = CurveKeys(client_pub.decode(), client_sec.decode())
+        refusing = transport.socket(
+            "pull", bind="tcp://127.0.0.1:*", curve_server=server, allowed_clients=lambda k: False
+        )
+        admitting = transport.socket(
+            "pull",
+            bind="tcp://127.0.0.1:*",
+            curve_server=server,
+            allowed_clients=lambda k: k == client.public,
+        )
+        for target in (refusing, admitting):
+            push = transport.socket(
+                "push",
+                connect=bound_endpoint(target),
+                curve_client=client,
+                server_public=server.public,
+            )
+            push.send(b"hello")
+        assert admitting.poll(5000) and admitting.recv() == b"hello"
+        assert refusing.poll(300) == 0  # bounded: absence is what is asserted
