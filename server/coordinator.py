@@ -68,8 +68,12 @@ Change = Effect | JobCreated | OutputReceived
 
 
 class Coordinator:
-    def __init__(self, keep_finished: int = 10_000) -> None:
+    def __init__(self, keep_finished: int = 10_000, keep_finished_nodes: int = 500_000) -> None:
         self.keep_finished = keep_finished
+        # Jobs alone do not bound memory: a finished 50,000-node job holds ~16 MB, so
+        # 10,000 of them would not fit. The newest finished job is always kept.
+        self.keep_finished_nodes = keep_finished_nodes
+        self._finished_nodes = 0
         self.jobs: dict[str, Job] = {}
         self.versions: dict[str, int] = {}
         self.outputs: dict[tuple[str, str], OutputReceived] = {}
@@ -289,10 +293,16 @@ class Coordinator:
         if job_id in self._finished:
             return
         self._finished[job_id] = None
-        while len(self._finished) > self.keep_finished:
+        self._finished_nodes += len(self.jobs[job_id].nodes)
+        while len(self._finished) > 1 and (
+            len(self._finished) > self.keep_finished
+            or self._finished_nodes > self.keep_finished_nodes
+        ):
             old = next(iter(self._finished))
             del self._finished[old]
-            self.jobs.pop(old, None)
+            gone = self.jobs.pop(old, None)
+            if gone is not None:
+                self._finished_nodes -= len(gone.nodes)
             self.versions.pop(old, None)
             for key in [k for k in self.outputs if k[0] == old]:
                 del self.outputs[key]

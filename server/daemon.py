@@ -159,7 +159,7 @@ class Server:
         self.api_replay = ReplayWindow(proto.max_skew_s)
         self.api_drops: Counter[str] = Counter()
         self.api_clients: deque[str] = deque()
-        self.coordinator = Coordinator(config.jobs.keep_finished)
+        self.coordinator = Coordinator(config.jobs.keep_finished, config.jobs.keep_finished_nodes)
         self.handlers = ApiHandlers(self)
         self.node_curve: dict[str, str] = {}
 
@@ -231,13 +231,17 @@ class Server:
 
     def _stand_by(self) -> None:
         self.fence = None
-        self.coordinator = Coordinator(self.config.jobs.keep_finished)
+        self.coordinator = Coordinator(
+            self.config.jobs.keep_finished, self.config.jobs.keep_finished_nodes
+        )
         self.changes.clear()
         self.sends.clear()
 
     def _take_over(self, now: float) -> None:
         found = recover(self.log, self.topics)
-        self.coordinator = Coordinator(self.config.jobs.keep_finished)
+        self.coordinator = Coordinator(
+            self.config.jobs.keep_finished, self.config.jobs.keep_finished_nodes
+        )
         for problem in found.damaged:
             log.error("cannot restore %s", problem)
         for job, version in found.jobs:

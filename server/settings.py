@@ -82,6 +82,8 @@ class JobSettings:
     max_nodes: int = 100_000
     keep_finished: int = 10_000
     """Finished jobs kept in memory for job list/status (all stay in the log)."""
+    keep_finished_nodes: int = 500_000
+    """And at most this many node rows across them (~330 bytes each): oldest go first."""
 
     def check(self) -> Iterable[tuple[str, str]]:
         if self.vote_timeout_s <= 0:
@@ -92,6 +94,8 @@ class JobSettings:
             yield "max_nodes", "must be at least 1"
         if self.keep_finished < 1:
             yield "keep_finished", "must be at least 1"
+        if self.keep_finished_nodes < 1:
+            yield "keep_finished_nodes", "must be at least 1"
 
 
 @dataclass(frozen=True, slots=True)

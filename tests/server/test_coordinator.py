@@ -168,3 +168,15 @@ def test_active_jobs_are_tracked_without_scanning_finished_ones() -> None:
     coord.abort("j2", T0 + 1, "test")
     assert [job.job_id for job in coord.active()] == ["j3"]
     assert coord.next_deadline_ms() == coord.jobs["j3"].vote_deadline_ms
+
+
+def test_finished_jobs_are_also_bounded_by_their_node_rows() -> None:
+    coord = Coordinator(keep_finished=100, keep_finished_nodes=5)
+    submit(coord, "small", targets=("n1", "n2"), online=())
+    submit(coord, "mid", targets=("n1", "n2", "n3"), online=())
+    assert sorted(coord.jobs) == ["mid", "small"]  # 5 rows: within the budget
+    submit(coord, "big", targets=tuple(f"n{i}" for i in range(9)), online=())
+    # Alone over the budget, the newest finished job is still kept; the older ones go.
+    assert sorted(coord.jobs) == ["big"]
+    submit(coord, "next", targets=("n1",), online=())
+    assert sorted(coord.jobs) == ["next"]

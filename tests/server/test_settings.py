@@ -1,0 +1,24 @@
+"""The server's [jobs] settings: the memory bounds on finished jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pushjobs.config import load_config
+from pushjobs.errors import ConfigError
+from server.settings import ServerConfig
+
+
+def test_finished_job_bounds_are_read_from_the_file(tmp_path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text("[jobs]\nkeep_finished = 50\nkeep_finished_nodes = 200000\n")
+    jobs = load_config(ServerConfig, path, env={}).jobs
+    assert (jobs.keep_finished, jobs.keep_finished_nodes) == (50, 200_000)
+
+
+def test_a_zero_node_budget_is_refused_by_name(tmp_path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text("[jobs]\nkeep_finished_nodes = 0\n")
+    with pytest.raises(ConfigError, match="keep_finished_nodes") as info:
+        load_config(ServerConfig, path, env={})
+    assert "must be at least 1" in str(info.value)
