@@ -101,7 +101,11 @@ class ZapHandler:
                     return
                 if zap in ready:
                     request = zap.recv_multipart()
-                    zap.send_multipart(decide(request, self._checks))
+                    try:
+                        reply = decide(request, self._checks)
+                    except Exception:  # a dead handler would hang every handshake
+                        reply = [ZAP_VERSION, b"", b"500", b"internal error", b"", b""]
+                    zap.send_multipart(reply)
         except zmq.ContextTerminated:
             return
         finally:

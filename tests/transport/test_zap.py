@@ -79,3 +79,36 @@ def test_domains_added_while_the_handler_runs_are_each_checked():
             push.send(b"hello")
         assert admitting.poll(5000) and admitting.recv() == b"hello"
         assert refusing.poll(300) == 0  # bounded: absence is what is asserted
+
+
+def test_the_handler_survives_a_failing_decision(monkeypatch):
+    import pushjobs.transport.zap as zap
+
+    def boom(request, checks):
+        raise RuntimeError("a bug in the policy")
+
+    with Transport() as transport:
+        public, secret = zmq.curve_keypair()
+        server = CurveKeys(public.decode(), secret.decode())
+        client_pub, client_sec = zmq.curve_keypair()
+        client = CurveKeys(client_pub.decode(), client_sec.decode())
+        pull = transport.socket(
+            "pull", bind="tcp://127.0.0.1:*", curve_server=server, allowed_clients=lambda k: True
+        )
+
+        def push() -> zmq.Socket[bytes]:
+            return transport.socket(
+                "push",
+                connect=bound_endpoint(pull),
+                curve_client=client,
+                server_public=server.public,
+            )
+
+        monkeypatch.setattr(zap, "decide", boom)
+        refused = push()
+        refused.send(b"while broken")
+        assert pull.poll(300) == 0  # bounded: refused, not admitted
+        monkeypatch.setattr(zap, "decide", decide)
+        transport.close_socket(refused)
+        push().send(b"after")
+        assert pull.poll(5000) and pull.recv() == b"after"
