@@ -394,14 +394,10 @@ class Agent:
         match action:
             case Remember(job_id=job_id):
                 self.journal.remember(job_id, now_ms())
-            case Reply(kind=kind, job_id=job_id, reason=reason):
-                fields: dict[str, Any] = {"job_id": job_id}
-                if kind in ("nack_commit", "nack_run", "aborted"):
-                    fields["reason"] = reason
+            case Reply(kind=kind, job_id=job_id):
                 if kind == "aborted":
-                    fields["duration_ms"] = 0
                     self.commits.pop(job_id, None)
-                self._queue(REPLY_TYPES[kind], fields)
+                self._queue(REPLY_TYPES[kind], action.fields())
             case StartProcess(job_id=job_id):
                 self._start(job_id)
             case KillProcess(job_id=job_id, reason=reason):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pushjobs.protocol import messages as m
 
@@ -50,6 +51,15 @@ class Reply:
     kind: str  # ack_commit, nack_commit, ack_run, nack_run, aborted
     job_id: str
     reason: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        """The message fields of this reply (sent as ``REPLY_TYPES[kind]``)."""
+        fields: dict[str, Any] = {"job_id": self.job_id}
+        if self.kind in ("nack_commit", "nack_run", "aborted"):
+            fields["reason"] = self.reason
+        if self.kind == "aborted":
+            fields["duration_ms"] = 0  # aborted before it ran
+        return fields
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,13 +240,8 @@ class SimNode:
             match action:
                 case Remember(job_id=job_id):
                     self.seen.add(job_id)
-                case Reply(kind=kind, job_id=job_id, reason=reason):
-                    fields: dict[str, Any] = {"job_id": job_id}
-                    if kind in ("nack_commit", "nack_run", "aborted"):
-                        fields["reason"] = reason
-                    if kind == "aborted":
-                        fields["duration_ms"] = 0
-                    out.append(Later(delay_s, REPLY_TYPES[kind], fields))
+                case Reply(kind=kind):
+                    out.append(Later(delay_s, REPLY_TYPES[kind], action.fields()))
                 case StartProcess(job_id=job_id):
                     out.append(FinishAt(run_delay_s, job_id))
                 case KillProcess():
