@@ -1,4 +1,5 @@
-"""Helpers shared by tests: waiting on conditions (never sleeping blindly), free ports."""
+"""Helpers shared by tests: waiting on conditions (never sleeping blindly), free ports,
+CurveZMQ key pairs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+import zmq
+
+from pushjobs.transport.sockets import CurveKeys
 
 T = TypeVar("T")
 
@@ -27,3 +32,9 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def curve_keys() -> CurveKeys:
+    """A fresh CurveZMQ key pair."""
+    public, secret = zmq.curve_keypair()
+    return CurveKeys(public.decode(), secret.decode())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 import zmq
 
 from agent.config import AgentConfig
-from agent.daemon import Agent
+from agent.daemon import Agent, now_ms
 from keys.fingerprint import key_id
 from keys.identity import PrivateIdentity, generate
 from pushjobs.config import load_config
@@ -30,10 +29,6 @@ from pushjobs.transport.sockets import CurveKeys, Transport, drain
 
 SESSION_KID = "sess-0001"
 SESSION_KEY = secrets.token_bytes(32)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Channel:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+
+import pytest
 
 from pushjobs.clock import FakeClock
 from pushjobs.config import load_config
@@ -11,46 +14,51 @@ from server.daemon import Server
 from server.settings import ServerConfig
 
 
-def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(tmp_path) -> None:
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def server(tmp_path, clock: FakeClock) -> Iterator[Server]:
     sandbox = Sandbox(tmp_path, nodes=[], interval_s=1.0, offline_threshold=3).prepare()
-    clock = FakeClock()
     server = Server(
         load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
     )
     try:
-        for _ in range(2):  # online_threshold heartbeats
-            server.nodes.heartbeat(
-                "n1", "inc", "tcp://127.0.0.1:9", None, None, restarted=False, now=clock.monotonic()
-            )
-            clock.advance(0.5)
-        assert server.nodes.is_online("n1")
-        clock.advance(10.0)  # silent far past 3 intervals, as seen by a server behind
-        server.reply_backlog = True
-        server._timers()
-        assert server.nodes.is_online("n1")
-        assert server.counters["expiry_deferred"] == 1
-        server.reply_backlog = False  # the queue is read: now silence means something
-        server._timers()
-        assert not server.nodes.is_online("n1")
-        assert server.info()["transitions"]["offline"] == 1
+        yield server
     finally:
         server.close()
 
 
-def test_commands_sent_long_ago_are_forgotten_oldest_first(tmp_path) -> None:
-    sandbox = Sandbox(tmp_path, nodes=[], interval_s=1.0, offline_threshold=3).prepare()
-    clock = FakeClock()
-    server = Server(
-        load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
-    )
-    try:
-        now = clock.wall_ms()
-        server.asked[("j1", "a")] = now - 90_000
-        server.asked[("j1", "b")] = now - 61_000
-        server.asked[("j2", "a")] = now - 1_000
-        server.asked[("j2", "b")] = now
-        clock.advance(server.config.server.registry_check_s + 0.1)  # the pruning pass is due
-        server._timers()
-        assert list(server.asked) == [("j2", "a"), ("j2", "b")]
-    finally:
-        server.close()
+def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(
+    server: Server, clock: FakeClock
+) -> None:
+    for _ in range(2):  # online_threshold heartbeats
+        server.nodes.heartbeat(
+            "n1", "inc", "tcp://127.0.0.1:9", None, None, restarted=False, now=clock.monotonic()
+        )
+        clock.advance(0.5)
+    assert server.nodes.is_online("n1")
+    clock.advance(10.0)  # silent far past 3 intervals, as seen by a server behind
+    server.reply_backlog = True
+    server._timers()
+    assert server.nodes.is_online("n1")
+    assert server.counters["expiry_deferred"] == 1
+    server.reply_backlog = False  # the queue is read: now silence means something
+    server._timers()
+    assert not server.nodes.is_online("n1")
+    assert server.info()["transitions"]["offline"] == 1
+
+
+def test_commands_sent_long_ago_are_forgotten_oldest_first(
+    server: Server, clock: FakeClock
+) -> None:
+    now = clock.wall_ms()
+    server.asked[("j1", "a")] = now - 90_000
+    server.asked[("j1", "b")] = now - 61_000
+    server.asked[("j2", "a")] = now - 1_000
+    server.asked[("j2", "b")] = now
+    clock.advance(server.config.server.registry_check_s + 0.1)  # the pruning pass is due
+    server._timers()
+    assert list(server.asked) == [("j2", "a"), ("j2", "b")]

@@ -6,14 +6,10 @@ import pytest
 import zmq
 
 from pushjobs.errors import TransportError
-from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
+from pushjobs.transport.sockets import Transport, bound_endpoint, drain
+from tests.support import curve_keys
 
 ANY_PORT = "tcp://127.0.0.1:*"
-
-
-def keys() -> CurveKeys:
-    public, secret = zmq.curve_keypair()
-    return CurveKeys(public.decode(), secret.decode())
 
 
 @pytest.fixture
@@ -37,17 +33,17 @@ def test_sockets_have_linger_zero_and_explicit_hwm(transport):
 
 
 def test_push_pull_with_curve_any_client(transport):
-    server = keys()
+    server = curve_keys()
     pull = transport.socket("pull", bind=ANY_PORT, curve_server=server)
     push = transport.socket(
-        "push", connect=bound_endpoint(pull), curve_client=keys(), server_public=server.public
+        "push", connect=bound_endpoint(pull), curve_client=curve_keys(), server_public=server.public
     )
     push.send_multipart([b"a", b"b", b"c"])
     assert recv(pull) == [b"a", b"b", b"c"]
 
 
 def test_allow_list_admits_only_the_listed_client(transport):
-    server, friend, stranger = keys(), keys(), keys()
+    server, friend, stranger = curve_keys(), curve_keys(), curve_keys()
     pull = transport.socket(
         "pull",
         bind=ANY_PORT,
@@ -68,7 +64,7 @@ def test_allow_list_admits_only_the_listed_client(transport):
 
 
 def test_allow_list_check_that_raises_refuses(transport):
-    server, client = keys(), keys()
+    server, client = curve_keys(), curve_keys()
 
     def broken(key):
         raise RuntimeError("registry unavailable")
@@ -82,10 +78,13 @@ def test_allow_list_check_that_raises_refuses(transport):
 
 
 def test_wrong_server_key_never_connects(transport):
-    server, impostor = keys(), keys()
+    server, impostor = curve_keys(), curve_keys()
     pull = transport.socket("pull", bind=ANY_PORT, curve_server=server)
     push = transport.socket(
-        "push", connect=bound_endpoint(pull), curve_client=keys(), server_public=impostor.public
+        "push",
+        connect=bound_endpoint(pull),
+        curve_client=curve_keys(),
+        server_public=impostor.public,
     )
     push.send_multipart([b"x"])
     assert recv(pull, timeout_ms=300) is None

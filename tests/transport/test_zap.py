@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import zmq
 
-from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
+from pushjobs.transport.sockets import Transport, bound_endpoint
 from pushjobs.transport.zap import decide
+from tests.support import curve_keys
 
 FRIEND_PUBLIC, _ = zmq.curve_keypair()
 FRIEND_RAW = zmq.utils.z85.decode(FRIEND_PUBLIC)
@@ -54,12 +55,16 @@ def test_a_check_that_raises_refuses():
     assert status(decide(request(), {b"d1": broken}))[1] == b"400"
 
 
+def pusher(transport: Transport, target: zmq.Socket[bytes], client, server) -> zmq.Socket[bytes]:
+    """A CurveZMQ client of ``server`` connected to ``target``."""
+    return transport.socket(
+        "push", connect=bound_endpoint(target), curve_client=client, server_public=server.public
+    )
+
+
 def test_domains_added_while_the_handler_runs_are_each_checked():
     with Transport() as transport:
-        public, secret = zmq.curve_keypair()
-        server = CurveKeys(public.decode(), secret.decode())
-        client_pub, client_sec = zmq.curve_keypair()
-        client = CurveKeys(client_pub.decode(), client_sec.decode())
+        server, client = curve_keys(), curve_keys()
         refusing = transport.socket(
             "pull", bind="tcp://127.0.0.1:*", curve_server=server, allowed_clients=lambda k: False
         )
@@ -70,13 +75,7 @@ def test_domains_added_while_the_handler_runs_are_each_checked():
             allowed_clients=lambda k: k == client.public,
         )
         for target in (refusing, admitting):
-            push = transport.socket(
-                "push",
-                connect=bound_endpoint(target),
-                curve_client=client,
-                server_public=server.public,
-            )
-            push.send(b"hello")
+            pusher(transport, target, client, server).send(b"hello")
         assert admitting.poll(5000) and admitting.recv() == b"hello"
         assert refusing.poll(300) == 0  # bounded: absence is what is asserted
 
@@ -88,27 +87,16 @@ def test_the_handler_survives_a_failing_decision(monkeypatch):
         raise RuntimeError("a bug in the policy")
 
     with Transport() as transport:
-        public, secret = zmq.curve_keypair()
-        server = CurveKeys(public.decode(), secret.decode())
-        client_pub, client_sec = zmq.curve_keypair()
-        client = CurveKeys(client_pub.decode(), client_sec.decode())
+        server, client = curve_keys(), curve_keys()
         pull = transport.socket(
             "pull", bind="tcp://127.0.0.1:*", curve_server=server, allowed_clients=lambda k: True
         )
 
-        def push() -> zmq.Socket[bytes]:
-            return transport.socket(
-                "push",
-                connect=bound_endpoint(pull),
-                curve_client=client,
-                server_public=server.public,
-            )
-
         monkeypatch.setattr(zap, "decide", boom)
-        refused = push()
+        refused = pusher(transport, pull, client, server)
         refused.send(b"while broken")
         assert pull.poll(300) == 0  # bounded: refused, not admitted
         monkeypatch.setattr(zap, "decide", decide)
         transport.close_socket(refused)
-        push().send(b"after")
+        pusher(transport, pull, client, server).send(b"after")
         assert pull.poll(5000) and pull.recv() == b"after"
