@@ -1,243 +1,157 @@
-"""The server half of each API method (see ``pushjobs.api.methods`` for the contract).
+"""The API socket's front: every request verified, checked for its role, and routed.
 
-A handler validates its params, acts through the ``Backend`` the daemon provides, and
-returns the JSON result or raises ``ApiError``; ``job.watch`` may instead return
-``WATCH`` to be answered later. Role checks happen before a handler is called.
+Theory of operation. A request on the ROUTER socket is opened against the registry
+(``auth.py``: the sender's key, its signature, the size limits) and checked against the
+replay window of its client process before it is decoded further; a bad one is a counted
+drop, and a well-formed request from an unknown key is told so rather than left to time
+out. A config request goes to enrolment; an API request must come from an accepted user
+whose role allows the method (``pushjobs.api.methods``), and ``job.*`` methods need the
+leader. The handler's result, or its ``ApiError``, is answered with the request's id;
+``job.watch`` may park instead (``watches.py``).
+
+Replies are queued and leave the socket at the end of the turn, after whatever the
+request changed is durable (``Server.flush``).
+
+Killed at any line: a request not yet answered is lost, and its client times out and may
+retry; replay windows start empty, and the timestamp skew still refuses old frames.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from collections import Counter, deque
 
-from keys.entry import Entry
 from keys.registry import KeyRegistry
+from keys.states import KeyState
 from pushjobs.api import methods
-from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
-from server.coordinator import Coordinator
-from server.job import JobState, Quorum
-from server.nodes import NodeTable
+from pushjobs.errors import ApiError, ProtocolError, UnknownKey
+from pushjobs.protocol.codec import decode
+from pushjobs.protocol.framing import Limits
+from pushjobs.protocol.inbox import reason_for
+from pushjobs.protocol.messages import ApiRequest, ConfigRequest, Message
+from pushjobs.protocol.replay import ReplayWindow
+from server.auth import RegistryKeys, open_api_frames
+from server.enrolment import Enrolment
+from server.handlers import WATCH, ApiHandlers
+from server.leadership import Leadership
+from server.responder import Responder
+from server.watches import Watches
 
-WATCH: Final = object()
-"""A handler's answer meaning: park this request until the job changes or time passes."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    command: str
-    selectors: list[str]
-    quorum: Quorum
-    run_timeout_s: float | None
-    vote_timeout_s: float | None
-    options: dict[str, Any]
+API_WINDOWS = 100_000  # client processes whose replay windows are remembered
 
 
-class Backend(Protocol):
-    coordinator: Coordinator
-    nodes: NodeTable
-    registry: KeyRegistry
+class ApiFront:
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        limits: Limits,
+        *,
+        max_skew_s: float,
+        responder: Responder,
+        handlers: ApiHandlers,
+        enrolment: Enrolment,
+        leadership: Leadership,
+        watches: Watches,
+        drops: Counter[str],
+    ) -> None:
+        self.registry = registry
+        self.keys = RegistryKeys(registry)
+        self.limits = limits
+        self.replay = ReplayWindow(max_skew_s)
+        self.clients: deque[str] = deque()
+        self.drops = drops  # shared with server.info
+        self.responder = responder
+        self.handlers = handlers
+        self.enrolment = enrolment
+        self.leadership = leadership
+        self.watches = watches
 
-    def info(self) -> dict[str, Any]: ...
-
-    def start_job(self, request: JobRequest, caller: str) -> str: ...
-
-    def abort_job(self, job_id: str, caller: str) -> None: ...
-
-    def node_row(self, name: str) -> dict[str, Any] | None: ...
-
-    def node_names(self) -> list[str]: ...
-
-    def find_output(self, job_id: str, node: str) -> dict[str, Any] | None: ...
-
-
-def bad(message: str) -> ApiError:
-    return ApiError(message, code=methods.BAD_REQUEST)
-
-
-def _str(params: Mapping[str, Any], name: str, *, required: bool = True) -> str:
-    value = params.get(name)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or not value:
-        raise bad(f"'{name}' must be a non-empty string")
-    return value
-
-
-def _num(params: Mapping[str, Any], name: str) -> float | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise bad(f"'{name}' must be a number greater than 0")
-    return float(value)
-
-
-def _names(params: Mapping[str, Any], name: str) -> list[str]:
-    value = params.get(name)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise bad(f"'{name}' must be a non-empty list of strings")
-    return list(value)
-
-
-def _with_nodes(params: Mapping[str, Any]) -> bool:
-    """``nodes: false`` asks for the job's summary without its per-node table."""
-    value = params.get("nodes", True)
-    if not isinstance(value, bool):
-        raise bad("'nodes' must be true or false")
-    return value
-
-
-def _entry(entry: Entry) -> dict[str, Any]:
-    return {
-        "name": entry.name,
-        "kind": entry.kind,
-        "role": entry.role,
-        "state": entry.state.value,
-        "fingerprint": entry.fingerprint,
-    }
-
-
-class ApiHandlers:
-    def __init__(self, backend: Backend) -> None:
-        self.b = backend
-        self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
-            "server.info": lambda p, c: self.b.info(),
-            "job.start": self.job_start,
-            "job.list": self.job_list,
-            "job.status": self.job_status,
-            "job.watch": self.job_watch,
-            "job.output": self.job_output,
-            "job.abort": self.job_abort,
-            "node.list": self.node_list,
-            "node.status": self.node_status,
-            "key.list": self.key_list,
-            "key.accept": lambda p, c: self._keys(self.b.registry.accept(_names(p, "names"))),
-            "key.reject": lambda p, c: self._keys(self.b.registry.reject(_names(p, "names"))),
-            "key.delete": lambda p, c: self._keys(self.b.registry.delete(_names(p, "names"))),
-        }
-
-    def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
-        handler = self.table.get(method)
-        if handler is None:
-            raise bad(f"unknown method {method!r}")
+    def receive(self, frames: list[bytes], now: float, now_ms: int) -> None:
+        if len(frames) < 2:
+            self.drops["frame"] += 1
+            return
+        identity, body = frames[0], frames[1:]
         try:
-            return handler(params, caller)
-        except ApiError:
-            raise
-        except TargetError as exc:
-            raise bad(str(exc)) from None
-        except KeyFileError as exc:
-            code = methods.NOT_FOUND if "no key named" in str(exc) else methods.CONFLICT
-            raise ApiError(str(exc), code=code) from None
-        except PushJobsError as exc:
-            raise ApiError(str(exc), code=methods.INTERNAL) from None
+            message = open_api_frames(body, self.keys, self.limits)
+            self._check_replay(message, now_ms)
+        except UnknownKey as exc:
+            self.drops[reason_for(exc)] += 1
+            self._refuse_unknown(identity, body, now_ms)
+            return
+        except ProtocolError as exc:
+            self.drops[reason_for(exc)] += 1
+            return
+        if isinstance(message, ConfigRequest):
+            self.enrolment.config_request(identity, message, now, now_ms, self.responder.queue)
+        elif isinstance(message, ApiRequest):
+            self._request(identity, message, now, now_ms)
+        else:
+            self.drops["unexpected"] += 1
 
-    # --- jobs -----------------------------------------------------------------------------
+    def _check_replay(self, message: Message, now_ms: int) -> None:
+        """Replay check per client process, not per user.
 
-    def job_start(self, params: Mapping[str, Any], caller: str) -> Any:
-        command = _str(params, "command")
-        selectors = _names(params, "nodes")
+        One user runs many CLI processes at once (a ``--watch`` here, a ``job list``
+        there), each its own incarnation; a window per sender would retire all but the
+        newest. Each (sender, incarnation) gets its own window, the oldest forgotten past
+        ``API_WINDOWS``; a replay older than that is still refused by the timestamp skew.
+        """
+        key = f"{message.sender}/{message.incarnation}"
+        first = self.replay.current(key) is None
+        self.replay.check(key, message.incarnation, message.sequence, message.timestamp, now_ms)
+        if first:
+            self.clients.append(key)
+            if len(self.clients) > API_WINDOWS:
+                self.replay.forget(self.clients.popleft())
+
+    def _refuse_unknown(self, identity: bytes, body: list[bytes], now_ms: int) -> None:
+        """Tell a user whose key the server does not know, instead of letting them time out.
+
+        Only a well-formed API request gets this answer; it says nothing but that the key
+        is unknown, and garbage still gets no answer at all.
+        """
         try:
-            quorum = Quorum.parse(str(params.get("quorum") or "100%"))
-        except ValueError as exc:
-            raise bad(str(exc)) from None
-        env = params.get("env") or {}
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise bad("'env' must map names to strings")
-        cwd = params.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise bad("'cwd' must be a string")
-        capture = params.get("capture", False)
-        if not isinstance(capture, bool):
-            raise bad("'capture' must be true or false")
-        request = JobRequest(
-            command=command,
-            selectors=selectors,
-            quorum=quorum,
-            run_timeout_s=_num(params, "timeout_s"),
-            vote_timeout_s=_num(params, "vote_timeout_s"),
-            options={"env": env, "cwd": cwd, "capture": capture},
+            request = decode(body[1]) if len(body) == 3 else None
+        except ProtocolError:
+            return
+        if not isinstance(request, ApiRequest):
+            return
+        self.responder.error(
+            identity,
+            request.request_id,
+            methods.UNAUTHORIZED,
+            f"the key of {request.sender[:64]!r} is not registered on this server; an admin "
+            "can add it with: pushjobs key add USER.pub --role reader --accept",
+            now_ms,
         )
-        job_id = self.b.start_job(request, caller)
-        return {"job": self.b.coordinator.view(job_id)}
 
-    def _job_id(self, params: Mapping[str, Any]) -> str:
-        job_id = _str(params, "job_id")
-        if job_id not in self.b.coordinator.jobs:
-            raise NotFound(f"no job {job_id!r}")
-        return job_id
+    def _request(self, identity: bytes, req: ApiRequest, now: float, now_ms: int) -> None:
+        refusal = self._refusal(req)
+        if refusal is not None:
+            self.responder.error(identity, req.request_id, *refusal, now_ms)
+            return
+        try:
+            result = self.handlers.handle(req.method, req.params, req.sender)
+        except ApiError as exc:
+            self.responder.error(identity, req.request_id, exc.code, str(exc), now_ms)
+            return
+        if result is WATCH:
+            self.watches.park(identity, req, now)
+            return
+        self.responder.ok(identity, req.request_id, result, now_ms)
 
-    def job_list(self, params: Mapping[str, Any], caller: str) -> Any:
-        state = params.get("state")
-        if state is not None and state not in {s.value for s in JobState}:
-            raise bad(f"unknown job state {state!r}")
-        limit, offset = params.get("limit", 50), params.get("offset", 0)
-        if not isinstance(limit, int) or not isinstance(offset, int) or limit < 1 or offset < 0:
-            raise bad("'limit' must be >= 1 and 'offset' >= 0")
-        coord = self.b.coordinator
-        # Jobs are kept in creation order (recovery restores them so): newest first.
-        jobs = [j for j in reversed(coord.jobs.values()) if state is None or j.state.value == state]
-        rows = [coord.view(job.job_id, nodes=False) for job in jobs[offset : offset + limit]]
-        return {"jobs": rows, "total": len(jobs)}
-
-    def job_status(self, params: Mapping[str, Any], caller: str) -> Any:
-        return {"job": self.b.coordinator.view(self._job_id(params), nodes=_with_nodes(params))}
-
-    def job_watch(self, params: Mapping[str, Any], caller: str) -> Any:
-        job_id = self._job_id(params)
-        version = params.get("version", -1)
-        wait_s = params.get("wait_s", 10.0)
-        if not isinstance(version, int):
-            raise bad("'version' must be an integer")
-        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or wait_s < 0:
-            raise bad("'wait_s' must be a number >= 0")
-        if self.b.coordinator.versions.get(job_id, 0) > version or wait_s == 0:
-            return {"job": self.b.coordinator.view(job_id, nodes=_with_nodes(params))}
-        return WATCH
-
-    def job_output(self, params: Mapping[str, Any], caller: str) -> Any:
-        job_id = self._job_id(params)
-        node = _str(params, "node")
-        if node not in self.b.coordinator.jobs[job_id].nodes:
-            raise NotFound(f"{node} is not a target of job {job_id}")
-        found = self.b.find_output(job_id, node)
-        if found is None:
-            raise NotFound(f"no output from {node} for job {job_id} (was it run with --capture?)")
-        return found
-
-    def job_abort(self, params: Mapping[str, Any], caller: str) -> Any:
-        job_id = self._job_id(params)
-        if self.b.coordinator.jobs[job_id].finished:
-            raise ApiError(
-                f"job {job_id} has already ended ({self.b.coordinator.jobs[job_id].state})",
-                code=methods.CONFLICT,
+    def _refusal(self, req: ApiRequest) -> tuple[str, str] | None:
+        """Why this caller may not call this method now, as (code, message); None if it may."""
+        entry = self.registry.find(req.sender)
+        if entry is None or entry.kind != "user" or entry.state is not KeyState.ACCEPTED:
+            return methods.UNAUTHORIZED, f"{req.sender} is not an accepted user"
+        if not methods.allowed(entry.role, req.method):
+            if req.method not in methods.METHODS:
+                return methods.BAD_REQUEST, f"unknown method {req.method!r}"
+            needed = methods.METHODS[req.method]
+            return (
+                methods.UNAUTHORIZED,
+                f"{req.method} needs the {needed} role; {req.sender} is {entry.role}",
             )
-        self.b.abort_job(job_id, caller)
-        return {"job": self.b.coordinator.view(job_id)}
-
-    # --- nodes and keys ---------------------------------------------------------------------
-
-    def node_list(self, params: Mapping[str, Any], caller: str) -> Any:
-        rows = [self.b.node_row(name) for name in self.b.node_names()]
-        return {"nodes": [r for r in rows if r is not None]}
-
-    def node_status(self, params: Mapping[str, Any], caller: str) -> Any:
-        rows = []
-        for name in _names(params, "nodes"):
-            row = self.b.node_row(name)
-            if row is None:
-                raise NotFound(f"no node named {name!r}")
-            rows.append(row)
-        return {"nodes": rows}
-
-    def key_list(self, params: Mapping[str, Any], caller: str) -> Any:
-        state = params.get("state")
-        if state is not None and not isinstance(state, str):
-            raise bad("'state' must be a string")
-        return self._keys(self.b.registry.list(state))
-
-    def _keys(self, entries: list[Entry]) -> Any:
-        return {"keys": [_entry(e) for e in entries]}
+        if req.method.startswith("job.") and not self.leadership.leader:
+            return methods.NOT_LEADER, "this server is not the leader"
+        return None

@@ -38,16 +38,10 @@ from pushjobs.protocol.messages import (
     Started,
     Succeeded,
 )
-from server.job import (
-    TERMINAL_NODE_STATES,
-    Effect,
-    Job,
-    JobChanged,
-    NodeChanged,
-    NodeState,
-    Quorum,
-    Send,
-)
+from pushjobs.quorum import Quorum
+from pushjobs.states import TERMINAL_NODE_STATES, NodeState
+from server.effects import Effect, JobChanged, NodeChanged, Send
+from server.job import Job
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,200 +25,19 @@ must survive a server restart.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from pushjobs.errors import StateError
+from pushjobs.quorum import Quorum
+from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
+from server.effects import Effect, JobChanged, NodeChanged, Send
+from server.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot
+from server.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
 
-
-class JobState(StrEnum):
-    NEW = "new"
-    VOTING = "voting"
-    RUNNING = "running"
-    COMPLETE = "complete"
-    QUORUM_FAILED = "quorum_failed"
-    TIMED_OUT = "timed_out"
-    ABORTED = "aborted"
-    CRASHED = "crashed"
-
-
-class NodeState(StrEnum):
-    NEW = "new"
-    READY = "ready"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    NACKED = "nacked"
-    UNAVAILABLE = "unavailable"
-    WAS_READY = "was_ready"
-    CRASHED = "crashed"
-    TIMED_OUT = "timed_out"
-    ABORTED = "aborted"
-
-
-class NodeEvent(StrEnum):
-    OFFLINE_AT_START = "offline_at_start"
-    ACK_COMMIT = "ack_commit"
-    NACK_COMMIT = "nack_commit"
-    NO_VOTE = "no_vote"
-    QUORUM_LOST = "quorum_lost"
-    ACK_RUN = "ack_run"
-    NACK_RUN = "nack_run"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    LOST = "lost"
-    TIMEOUT = "timeout"
-    ABORT = "abort"
-
-
-class JobEvent(StrEnum):
-    START = "start"
-    QUORUM_MET = "quorum_met"
-    QUORUM_MISSED = "quorum_missed"
-    ALL_DONE = "all_done"
-    TIMEOUT = "timeout"
-    ABORT = "abort"
-    CRASH = "crash"
-
-
-N, J = NodeState, JobState
-
-NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
-    (N.NEW, NodeEvent.OFFLINE_AT_START): N.UNAVAILABLE,
-    (N.NEW, NodeEvent.ACK_COMMIT): N.READY,
-    (N.NEW, NodeEvent.NACK_COMMIT): N.NACKED,
-    (N.NEW, NodeEvent.NO_VOTE): N.UNAVAILABLE,
-    (N.NEW, NodeEvent.LOST): N.CRASHED,
-    (N.NEW, NodeEvent.ABORT): N.ABORTED,
-    (N.READY, NodeEvent.QUORUM_LOST): N.WAS_READY,
-    (N.READY, NodeEvent.ACK_RUN): N.RUNNING,
-    (N.READY, NodeEvent.NACK_RUN): N.NACKED,
-    # A result may overtake a lost ack_run: the node did run.
-    (N.READY, NodeEvent.SUCCEEDED): N.SUCCEEDED,
-    (N.READY, NodeEvent.FAILED): N.FAILED,
-    (N.READY, NodeEvent.ABORTED): N.ABORTED,
-    (N.READY, NodeEvent.LOST): N.CRASHED,
-    (N.READY, NodeEvent.TIMEOUT): N.TIMED_OUT,
-    (N.READY, NodeEvent.ABORT): N.ABORTED,
-    (N.RUNNING, NodeEvent.SUCCEEDED): N.SUCCEEDED,
-    (N.RUNNING, NodeEvent.FAILED): N.FAILED,
-    (N.RUNNING, NodeEvent.ABORTED): N.ABORTED,
-    (N.RUNNING, NodeEvent.LOST): N.CRASHED,
-    (N.RUNNING, NodeEvent.TIMEOUT): N.TIMED_OUT,
-    (N.RUNNING, NodeEvent.ABORT): N.ABORTED,
-}
-
-JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
-    (J.NEW, JobEvent.START): J.VOTING,
-    (J.NEW, JobEvent.ABORT): J.ABORTED,
-    (J.VOTING, JobEvent.QUORUM_MET): J.RUNNING,
-    (J.VOTING, JobEvent.QUORUM_MISSED): J.QUORUM_FAILED,
-    (J.VOTING, JobEvent.ABORT): J.ABORTED,
-    (J.VOTING, JobEvent.CRASH): J.CRASHED,
-    (J.RUNNING, JobEvent.ALL_DONE): J.COMPLETE,
-    (J.RUNNING, JobEvent.TIMEOUT): J.TIMED_OUT,
-    (J.RUNNING, JobEvent.ABORT): J.ABORTED,
-    (J.RUNNING, JobEvent.CRASH): J.CRASHED,
-}
-
-TERMINAL_NODE_STATES = frozenset(NodeState) - {N.NEW, N.READY, N.RUNNING}
-TERMINAL_JOB_STATES = frozenset(JobState) - {J.NEW, J.VOTING, J.RUNNING}
-
-
-# Nodes per snapshot chunk. A change rewrites its whole chunk, and the replies to a big
-# job land on every chunk between two flushes, so the bytes written per reply grow with
-# this. One phase of a 40,000-node job flushed 100 replies at a time wrote 1.35 GB with
-# chunks of 500, 116 MB with 25 (bench/snapshots.py).
-CHUNK_NODES = 25
-LEGACY_CHUNK_NODES = 500  # snapshots written before headers said their chunk size
 MAX_REASON_CHARS = 500
-
-
-def _node_json(r: NodeRecord) -> dict[str, Any]:
-    return {
-        "state": r.state.value,
-        "exit_status": r.exit_status,
-        "reason": r.reason,
-        "changed_ms": r.changed_ms,
-        "voted_ms": r.voted_ms,
-        "finished_ms": r.finished_ms,
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Quorum:
-    """How many targeted nodes must be ready to run: a count, or a percent of the targets."""
-
-    count: int | None = None
-    percent: float | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Quorum:
-        """'3' or '75%'; ValueError with a readable message otherwise."""
-        text = text.strip()
-        try:
-            if text.endswith("%"):
-                percent = float(text[:-1])
-                if not 0 <= percent <= 100:
-                    raise ValueError
-                return cls(percent=percent)
-            count = int(text)
-            if count < 0:
-                raise ValueError
-            return cls(count=count)
-        except ValueError:
-            problem = f"quorum must be a count (3) or a percent (75%), not {text!r}"
-            raise ValueError(problem) from None
-
-    def required(self, targets: int) -> int:
-        if self.count is not None:
-            return min(self.count, targets)
-        percent = 100.0 if self.percent is None else self.percent
-        return math.ceil(targets * percent / 100 - 1e-9)
-
-    def __str__(self) -> str:
-        return str(self.count) if self.count is not None else f"{self.percent or 100:g}%"
-
-
-# --- effects ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JobChanged:
-    job_id: str
-    prev: JobState
-    state: JobState
-    at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class NodeChanged:
-    job_id: str
-    node: str
-    prev: NodeState
-    state: NodeState
-    at_ms: int
-    exit_status: int | None = None
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """A command for the daemon to deliver after it persisted the changes before it."""
-
-    kind: str  # "commit", "run" or "abort"
-    job_id: str
-    node: str
-
-
-Effect = JobChanged | NodeChanged | Send
 
 
 @dataclass(slots=True)
@@ -232,7 +51,7 @@ class NodeRecord:
 
 
 @dataclass(slots=True)
-class Job:
+class Job(JobSnapshot):
     job_id: str
     command: str
     nodes: dict[str, NodeRecord]
@@ -454,94 +273,11 @@ class Job:
     def finished(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
 
-    def summary(self) -> dict[str, int]:
-        return {state.value: n for state, n in sorted(self._counts.items()) if n > 0}
-
     def count(self, state: NodeState) -> int:
         return self._counts[state]
 
     def all_succeeded(self) -> bool:
         return self._counts[NodeState.SUCCEEDED] == len(self.nodes)
-
-    def snapshot(self, *, nodes: bool = True) -> dict[str, Any]:
-        """The job as a JSON-ready dict: the value of its ``assignments`` record.
-
-        ``nodes=False`` leaves out the per-node table: a summary that costs O(1), for
-        watching a 50,000-node job without shipping megabytes per change.
-        """
-        snap = {
-            "job_id": self.job_id,
-            "command": self.command,
-            "state": self.state.value,
-            "quorum": str(self.quorum),
-            "vote_timeout_ms": self.vote_timeout_ms,
-            "run_timeout_ms": self.run_timeout_ms,
-            "options": self.options,
-            "requested_by": self.requested_by,
-            "created_ms": self.created_ms,
-            "started_ms": self.started_ms,
-            "vote_deadline_ms": self.vote_deadline_ms,
-            "run_started_ms": self.run_started_ms,
-            "run_deadline_ms": self.run_deadline_ms,
-            "finished_ms": self.finished_ms,
-            "summary": self.summary(),
-            "targets": len(self.nodes),
-        }
-        if not nodes:
-            return snap
-        snap["nodes"] = {name: _node_json(r) for name, r in self.nodes.items()}
-        return snap
-
-    # --- the snapshot in the log, in chunks -----------------------------------------------
-    #
-    # A job's ``assignments`` snapshot is a header (``snapshot(nodes=False)`` plus the
-    # number and size of its chunks) and the node table in chunks of ``chunk_nodes``
-    # nodes, each its own compacted key. A change rewrites the header and only the chunks
-    # it touched, so a reply to a 50,000-node job costs O(chunk), not O(targets), and no
-    # record outgrows the log's value limit.
-
-    @property
-    def chunks(self) -> int:
-        return -(-len(self.nodes) // self.chunk_nodes)
-
-    def chunk_of(self, node: str) -> int:
-        if not self._positions:  # targets never change after creation: index them once
-            self._positions = {name: i for i, name in enumerate(self.nodes)}
-        return self._positions[node] // self.chunk_nodes
-
-    def header(self) -> dict[str, Any]:
-        return {
-            **self.snapshot(nodes=False),
-            "chunks": self.chunks,
-            "chunk_nodes": self.chunk_nodes,
-        }
-
-    def chunk(self, index: int) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "chunk": index,
-            "nodes": {name: _node_json(self.nodes[name]) for name in self._chunk_names(index)},
-        }
-
-    def chunk_bytes(self, index: int) -> bytes:
-        """``orjson.dumps(self.chunk(index))``, built from cached rows."""
-        rows = self._rows
-        parts = []
-        for name in self._chunk_names(index):
-            row = rows.get(name)
-            if row is None:
-                row = orjson.dumps(name) + b":" + orjson.dumps(_node_json(self.nodes[name]))
-                if not self.finished:
-                    rows[name] = row
-            parts.append(row)
-        head = b'{"job_id":' + orjson.dumps(self.job_id) + b',"chunk":%d,"nodes":{' % index
-        return head + b",".join(parts) + b"}}"
-
-    def _chunk_names(self, index: int) -> list[str]:
-        if not self._order:
-            self._order = list(self.nodes)
-        size = self.chunk_nodes
-        return self._order[index * size : (index + 1) * size]
 
     @classmethod
     def restore(cls, snap: Mapping[str, Any]) -> Job:

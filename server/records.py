@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from server.coordinator import Change, JobCreated, OutputReceived
-from server.job import Job, JobChanged, NodeChanged
+from server.effects import JobChanged, NodeChanged
+from server.job import Job
 
 
 def event(

@@ -24,8 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from keys import files
+from keys.identity import PrivateIdentity
 from pushjobs import paths
 from pushjobs.config import LivenessSettings, ProtocolSettings
+from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
 
 
@@ -105,3 +108,18 @@ class ServerConfig:
     liveness: LivenessSettings = field(default_factory=LivenessSettings)
     protocol: ProtocolSettings = field(default_factory=ProtocolSettings)
     log: LogSettings = field(default_factory=LogSettings)
+
+
+def load_identity(section: ServerSection) -> PrivateIdentity:
+    """The server's own key: it must be a server key, and the one of ``section.name``."""
+    identity = files.load_private(section.key_path())
+    if identity.public.kind != "server":
+        raise ConfigError(
+            f"{section.key_path()} is a {identity.public.kind} key, not a server key",
+            key="server.key_file",
+        )
+    if identity.name != section.name:
+        raise ConfigError(
+            f"the key file is for {identity.name!r}, not {section.name!r}", key="server.name"
+        )
+    return identity

@@ -33,7 +33,7 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     key.reject    admin   {names: [...]} -> {keys: [ENTRY...]}
     key.delete    admin   {names: [...]} -> {keys: [ENTRY...]}
 
-    JOB  = the job snapshot of ``server.job.Job.snapshot()`` plus ``version`` (an int that
+    JOB  = the job snapshot of ``Job.snapshot()`` (server/snapshot.py) plus ``version`` (an int that
            grows with every change of the job): job_id, command, state, quorum,
            run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
            nodes {name: {state, exit_status, reason, changed_ms, ...}}

@@ -14,7 +14,8 @@ from pushjobs.cli import jobview, userconfig
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.errors import ApiError
-from server.job import JobState, Quorum
+from pushjobs.quorum import Quorum
+from pushjobs.states import JobState
 
 app = typer.Typer(help="Start, follow, inspect and abort jobs.", no_args_is_help=True)
 

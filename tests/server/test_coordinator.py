@@ -16,8 +16,9 @@ from pushjobs.protocol.messages import (
     Started,
     Succeeded,
 )
+from pushjobs.quorum import Quorum
 from server.coordinator import Coordinator, JobCreated, OutputReceived, changed_jobs
-from server.job import JobChanged, NodeChanged, Quorum, Send
+from server.effects import JobChanged, NodeChanged, Send
 
 T0 = 1_700_000_000_000
 

@@ -41,24 +41,24 @@ def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(
         clock.advance(0.5)
     assert server.nodes.is_online("n1")
     clock.advance(10.0)  # silent far past 3 intervals, as seen by a server behind
-    server.reply_backlog = True
-    server._timers()
+    server.intake.backlog = True
+    server.timers()
     assert server.nodes.is_online("n1")
-    assert server.counters["expiry_deferred"] == 1
-    server.reply_backlog = False  # the queue is read: now silence means something
-    server._timers()
+    assert server.intake.counters["expiry_deferred"] == 1
+    server.intake.backlog = False  # the queue is read: now silence means something
+    server.timers()
     assert not server.nodes.is_online("n1")
-    assert server.info()["transitions"]["offline"] == 1
+    assert server.backend.info()["transitions"]["offline"] == 1
 
 
 def test_commands_sent_long_ago_are_forgotten_oldest_first(
     server: Server, clock: FakeClock
 ) -> None:
     now = clock.wall_ms()
-    server.asked[("j1", "a")] = now - 90_000
-    server.asked[("j1", "b")] = now - 61_000
-    server.asked[("j2", "a")] = now - 1_000
-    server.asked[("j2", "b")] = now
+    server.jobs.sender.asked[("j1", "a")] = now - 90_000
+    server.jobs.sender.asked[("j1", "b")] = now - 61_000
+    server.jobs.sender.asked[("j2", "a")] = now - 1_000
+    server.jobs.sender.asked[("j2", "b")] = now
     clock.advance(server.config.server.registry_check_s + 0.1)  # the pruning pass is due
-    server._timers()
-    assert list(server.asked) == [("j2", "a"), ("j2", "b")]
+    server.timers()
+    assert list(server.jobs.sender.asked) == [("j2", "a"), ("j2", "b")]

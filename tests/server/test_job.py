@@ -3,20 +3,11 @@ from __future__ import annotations
 import pytest
 
 from pushjobs.errors import StateError
-from server.job import (
-    JOB_TRANSITIONS,
-    NODE_TRANSITIONS,
-    Job,
-    JobChanged,
-    JobEvent,
-    JobState,
-    NodeChanged,
-    NodeEvent,
-    NodeRecord,
-    NodeState,
-    Quorum,
-    Send,
-)
+from pushjobs.quorum import Quorum
+from pushjobs.states import JobState, NodeState
+from server.effects import JobChanged, NodeChanged, Send
+from server.job import Job, NodeRecord
+from server.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
 
 T0 = 1_700_000_000_000
 NODES = ["a", "b", "c"]

@@ -9,10 +9,13 @@ import orjson
 
 from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
+from pushjobs.quorum import Quorum
+from pushjobs.states import NodeState
 from server.coordinator import Coordinator
-from server.job import CHUNK_NODES, Job, NodeState, Quorum
+from server.job import Job
 from server.records import snapshot_records, touched_chunks
 from server.recovery import recover
+from server.snapshot import CHUNK_NODES
 
 T0 = 1_700_000_000_000
 

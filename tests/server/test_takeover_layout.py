@@ -33,12 +33,12 @@ def test_a_job_from_an_unchunked_snapshot_survives_the_next_restart(tmp_path) ->
 
     server = Server(config, clock=clock, out=io.StringIO())
     try:
-        server._renew(clock.monotonic())
-        assert server.leader
-        restored = server.coordinator.jobs["old"]
+        server.renew(clock.monotonic())
+        assert server.leadership.leader
+        restored = server.jobs.coordinator.jobs["old"]
         assert restored.chunks == 3  # 500-node chunks: the size an unsized snapshot implies
         # One reply touches only the last chunk; the earlier ones must already be there.
-        server.changes += server.coordinator.reply(
+        server.jobs.changes += server.jobs.coordinator.reply(
             AckCommit(
                 sender=names[-1],
                 incarnation="i1",

@@ -1,0 +1,39 @@
+"""The states of a job and of each of its nodes: the words the server, the CLI and the log share.
+
+The transitions between them are the server's (``server/transitions.py``); everyone else
+only reads them: the CLI to render and to know when a job has ended, the pipeline to
+count outcomes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    NEW = "new"
+    VOTING = "voting"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    QUORUM_FAILED = "quorum_failed"
+    TIMED_OUT = "timed_out"
+    ABORTED = "aborted"
+    CRASHED = "crashed"
+
+
+class NodeState(StrEnum):
+    NEW = "new"
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    NACKED = "nacked"
+    UNAVAILABLE = "unavailable"
+    WAS_READY = "was_ready"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    ABORTED = "aborted"
+
+
+TERMINAL_NODE_STATES = frozenset(NodeState) - {NodeState.NEW, NodeState.READY, NodeState.RUNNING}
+TERMINAL_JOB_STATES = frozenset(JobState) - {JobState.NEW, JobState.VOTING, JobState.RUNNING}

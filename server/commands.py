@@ -1,0 +1,113 @@
+"""Commands to nodes: a ``Send`` effect made a signed message on the node's command socket.
+
+Theory of operation. A command is signed with the target node's session key (only that
+node and this server hold it) and pushed, without blocking, to the socket of the node's
+advertised endpoint under the node's CurveZMQ key. A node this server cannot reach yet (no
+session, no endpoint, no key) is counted ``unsendable``: the job's deadlines, and the
+re-send below, deal with it.
+
+Re-sends. A heartbeat says what the node holds; a node that should be voting but is idle,
+or is ready but not running, never got its command. Only a heartbeat the node built well
+after the last command for that job can say so: judged by the heartbeat's own timestamp,
+not by when this server got round to reading it, or a server behind on its queue would
+answer stale heartbeats with a flood of repeats and fall further behind. So each commit
+and run is stamped when sent (``asked``), oldest first, and stamps are forgotten after a
+minute.
+
+Killed at any line: the stamps are lost, so the first heartbeat after a restart may bring
+one repeat; the agent answers repeats idempotently and never runs a job twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from pushjobs.protocol.framing import Limits, seal
+from pushjobs.protocol.messages import Abort, Commit, Message, Run, RunOptions
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import Signer
+from server.channels import Channels
+from server.effects import Send
+from server.job import Job
+from server.nodes import NodeTable
+
+ASKED_KEEP_MS = 60_000  # far past RESEND_AFTER_MS: a repeat is judged against this
+RESEND_AFTER_MS = 2000  # a command unanswered this long after it was sent is sent again
+
+
+class CommandSender:
+    def __init__(
+        self,
+        outbox: Outbox,
+        limits: Limits,
+        channels: Channels,
+        nodes: NodeTable,
+        *,
+        curve_of: Callable[[str], str | None],
+        signer_of: Callable[[str], Signer | None],
+    ) -> None:
+        self.outbox = outbox
+        self.limits = limits
+        self.channels = channels
+        self.nodes = nodes
+        self.curve_of = curve_of
+        self.signer_of = signer_of
+        self.asked: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of last command
+        self.counters: Counter[str] = Counter()
+
+    def send(self, send: Send, job: Job | None, now_ms: int) -> None:
+        info = self.nodes.get(send.node)
+        curve = self.curve_of(send.node)
+        signer = self.signer_of(send.node)
+        if job is None or info is None or curve is None or signer is None:
+            self.counters["unsendable"] += 1
+            return
+        if not info.command_endpoint:
+            self.counters["unsendable"] += 1
+            return
+        message: Message
+        if send.kind != "abort":
+            # A heartbeat built before this command arrived does not show it yet: no
+            # reason to send it again for a while (see ``Coordinator.unreported``).
+            # Re-inserted, not updated: the dict stays oldest-first for ``forget``.
+            key = (job.job_id, send.node)
+            self.asked.pop(key, None)
+            self.asked[key] = now_ms
+        if send.kind == "commit":
+            opts = job.options
+            options = RunOptions(
+                timeout_s=job.run_timeout_ms / 1000,
+                env=dict(opts.get("env") or {}),
+                cwd=opts.get("cwd"),
+                capture=bool(opts.get("capture", False)),
+            )
+            message = self.outbox.message(
+                Commit,
+                now_ms,
+                node=send.node,
+                job_id=job.job_id,
+                command=job.command,
+                options=options,
+            )
+        elif send.kind == "run":
+            message = self.outbox.message(Run, now_ms, node=send.node, job_id=job.job_id)
+        else:
+            message = self.outbox.message(Abort, now_ms, node=send.node, job_id=job.job_id)
+        frames = seal(message, signer, self.limits)
+        self.channels.send_command(info.command_endpoint, curve, frames)
+
+    def due_again(self, send: Send, beat_ms: int) -> bool:
+        """Whether a heartbeat built at ``beat_ms`` that lacks ``send`` means it was lost."""
+        last = self.asked.get((send.job_id, send.node), -RESEND_AFTER_MS)
+        return beat_ms - last >= RESEND_AFTER_MS
+
+    def forget(self, before_ms: int) -> None:
+        """Drop what was sent before ``before_ms``: O(dropped), not O(entries) per pass."""
+        stale = []
+        for key, sent_ms in self.asked.items():
+            if sent_ms >= before_ms:
+                break
+            stale.append(key)
+        for key in stale:
+            del self.asked[key]

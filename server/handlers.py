@@ -1,0 +1,246 @@
+"""The server half of each API method (see ``pushjobs.api.methods`` for the contract).
+
+A handler validates its params, acts through the ``Backend`` the daemon provides, and
+returns the JSON result or raises ``ApiError``; ``job.watch`` may instead return
+``WATCH`` to be answered later. Role checks happen before a handler is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from keys.entry import Entry
+from keys.registry import KeyRegistry
+from pushjobs.api import methods
+from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
+from pushjobs.quorum import Quorum
+from pushjobs.states import JobState
+from server.coordinator import Coordinator
+from server.nodes import NodeTable
+
+WATCH: Final = object()
+"""A handler's answer meaning: park this request until the job changes or time passes."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    command: str
+    selectors: list[str]
+    quorum: Quorum
+    run_timeout_s: float | None
+    vote_timeout_s: float | None
+    options: dict[str, Any]
+
+
+class Backend(Protocol):
+    nodes: NodeTable
+    registry: KeyRegistry
+
+    @property
+    def coordinator(self) -> Coordinator: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def start_job(self, request: JobRequest, caller: str) -> str: ...
+
+    def abort_job(self, job_id: str, caller: str) -> None: ...
+
+    def node_row(self, name: str) -> dict[str, Any] | None: ...
+
+    def node_names(self) -> list[str]: ...
+
+    def find_output(self, job_id: str, node: str) -> dict[str, Any] | None: ...
+
+
+def bad(message: str) -> ApiError:
+    return ApiError(message, code=methods.BAD_REQUEST)
+
+
+def _str(params: Mapping[str, Any], name: str, *, required: bool = True) -> str:
+    value = params.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value:
+        raise bad(f"'{name}' must be a non-empty string")
+    return value
+
+
+def _num(params: Mapping[str, Any], name: str) -> float | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise bad(f"'{name}' must be a number greater than 0")
+    return float(value)
+
+
+def _names(params: Mapping[str, Any], name: str) -> list[str]:
+    value = params.get(name)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise bad(f"'{name}' must be a non-empty list of strings")
+    return list(value)
+
+
+def _with_nodes(params: Mapping[str, Any]) -> bool:
+    """``nodes: false`` asks for the job's summary without its per-node table."""
+    value = params.get("nodes", True)
+    if not isinstance(value, bool):
+        raise bad("'nodes' must be true or false")
+    return value
+
+
+def _entry(entry: Entry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "kind": entry.kind,
+        "role": entry.role,
+        "state": entry.state.value,
+        "fingerprint": entry.fingerprint,
+    }
+
+
+class ApiHandlers:
+    def __init__(self, backend: Backend) -> None:
+        self.b = backend
+        self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
+            "server.info": lambda p, c: self.b.info(),
+            "job.start": self.job_start,
+            "job.list": self.job_list,
+            "job.status": self.job_status,
+            "job.watch": self.job_watch,
+            "job.output": self.job_output,
+            "job.abort": self.job_abort,
+            "node.list": self.node_list,
+            "node.status": self.node_status,
+            "key.list": self.key_list,
+            "key.accept": lambda p, c: self._keys(self.b.registry.accept(_names(p, "names"))),
+            "key.reject": lambda p, c: self._keys(self.b.registry.reject(_names(p, "names"))),
+            "key.delete": lambda p, c: self._keys(self.b.registry.delete(_names(p, "names"))),
+        }
+
+    def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
+        handler = self.table.get(method)
+        if handler is None:
+            raise bad(f"unknown method {method!r}")
+        try:
+            return handler(params, caller)
+        except ApiError:
+            raise
+        except TargetError as exc:
+            raise bad(str(exc)) from None
+        except KeyFileError as exc:
+            code = methods.NOT_FOUND if "no key named" in str(exc) else methods.CONFLICT
+            raise ApiError(str(exc), code=code) from None
+        except PushJobsError as exc:
+            raise ApiError(str(exc), code=methods.INTERNAL) from None
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def job_start(self, params: Mapping[str, Any], caller: str) -> Any:
+        command = _str(params, "command")
+        selectors = _names(params, "nodes")
+        try:
+            quorum = Quorum.parse(str(params.get("quorum") or "100%"))
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        env = params.get("env") or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise bad("'env' must map names to strings")
+        cwd = params.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise bad("'cwd' must be a string")
+        capture = params.get("capture", False)
+        if not isinstance(capture, bool):
+            raise bad("'capture' must be true or false")
+        request = JobRequest(
+            command=command,
+            selectors=selectors,
+            quorum=quorum,
+            run_timeout_s=_num(params, "timeout_s"),
+            vote_timeout_s=_num(params, "vote_timeout_s"),
+            options={"env": env, "cwd": cwd, "capture": capture},
+        )
+        job_id = self.b.start_job(request, caller)
+        return {"job": self.b.coordinator.view(job_id)}
+
+    def _job_id(self, params: Mapping[str, Any]) -> str:
+        job_id = _str(params, "job_id")
+        if job_id not in self.b.coordinator.jobs:
+            raise NotFound(f"no job {job_id!r}")
+        return job_id
+
+    def job_list(self, params: Mapping[str, Any], caller: str) -> Any:
+        state = params.get("state")
+        if state is not None and state not in {s.value for s in JobState}:
+            raise bad(f"unknown job state {state!r}")
+        limit, offset = params.get("limit", 50), params.get("offset", 0)
+        if not isinstance(limit, int) or not isinstance(offset, int) or limit < 1 or offset < 0:
+            raise bad("'limit' must be >= 1 and 'offset' >= 0")
+        coord = self.b.coordinator
+        # Jobs are kept in creation order (recovery restores them so): newest first.
+        jobs = [j for j in reversed(coord.jobs.values()) if state is None or j.state.value == state]
+        rows = [coord.view(job.job_id, nodes=False) for job in jobs[offset : offset + limit]]
+        return {"jobs": rows, "total": len(jobs)}
+
+    def job_status(self, params: Mapping[str, Any], caller: str) -> Any:
+        return {"job": self.b.coordinator.view(self._job_id(params), nodes=_with_nodes(params))}
+
+    def job_watch(self, params: Mapping[str, Any], caller: str) -> Any:
+        job_id = self._job_id(params)
+        version = params.get("version", -1)
+        wait_s = params.get("wait_s", 10.0)
+        if not isinstance(version, int):
+            raise bad("'version' must be an integer")
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or wait_s < 0:
+            raise bad("'wait_s' must be a number >= 0")
+        if self.b.coordinator.versions.get(job_id, 0) > version or wait_s == 0:
+            return {"job": self.b.coordinator.view(job_id, nodes=_with_nodes(params))}
+        return WATCH
+
+    def job_output(self, params: Mapping[str, Any], caller: str) -> Any:
+        job_id = self._job_id(params)
+        node = _str(params, "node")
+        if node not in self.b.coordinator.jobs[job_id].nodes:
+            raise NotFound(f"{node} is not a target of job {job_id}")
+        found = self.b.find_output(job_id, node)
+        if found is None:
+            raise NotFound(f"no output from {node} for job {job_id} (was it run with --capture?)")
+        return found
+
+    def job_abort(self, params: Mapping[str, Any], caller: str) -> Any:
+        job_id = self._job_id(params)
+        if self.b.coordinator.jobs[job_id].finished:
+            raise ApiError(
+                f"job {job_id} has already ended ({self.b.coordinator.jobs[job_id].state})",
+                code=methods.CONFLICT,
+            )
+        self.b.abort_job(job_id, caller)
+        return {"job": self.b.coordinator.view(job_id)}
+
+    # --- nodes and keys ---------------------------------------------------------------------
+
+    def node_list(self, params: Mapping[str, Any], caller: str) -> Any:
+        rows = [self.b.node_row(name) for name in self.b.node_names()]
+        return {"nodes": [r for r in rows if r is not None]}
+
+    def node_status(self, params: Mapping[str, Any], caller: str) -> Any:
+        rows = []
+        for name in _names(params, "nodes"):
+            row = self.b.node_row(name)
+            if row is None:
+                raise NotFound(f"no node named {name!r}")
+            rows.append(row)
+        return {"nodes": rows}
+
+    def key_list(self, params: Mapping[str, Any], caller: str) -> Any:
+        state = params.get("state")
+        if state is not None and not isinstance(state, str):
+            raise bad("'state' must be a string")
+        return self._keys(self.b.registry.list(state))
+
+    def _keys(self, entries: list[Entry]) -> Any:
+        return {"keys": [_entry(e) for e in entries]}

@@ -1,0 +1,206 @@
+"""Job effects: the coordinator of a leader, fed from every side, and its log-first flush.
+
+Theory of operation. Node intake, the API and time hand their inputs here; the pure
+coordinator answers with changes (to persist) and sends (to deliver), which pile up until
+``flush``. A flush writes the changed jobs' snapshot chunks to ``assignments`` and the
+events to ``events`` in batched durable writes, and only then sends the commands: a
+command on the wire always follows its durable cause. A start or abort request is written
+to ``commands`` before the coordinator hears of it.
+
+Standing by (the lease lost, or a write fenced) empties this: a new coordinator, nothing
+pending; the jobs now belong to the new leader. Taking over fills it from the log
+(``takeover.py``).
+
+Killed at any line: what was not flushed was never acted on (no command left before its
+cause was durable), and the next leader rebuilds from what was.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+
+from pushjobs.api import methods
+from pushjobs.errors import ApiError
+from pushjobs.log.topics import TopicNames
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import Message
+from server import records
+from server.commands import ASKED_KEEP_MS, CommandSender
+from server.coordinator import Change, Coordinator
+from server.effects import Send
+from server.handlers import JobRequest
+from server.leadership import Leadership
+from server.nodes import NodeTable
+from server.recovery import recover
+from server.settings import JobSettings
+from server.takeover import take_over
+from server.targeting import select
+
+log = logging.getLogger("pushjobs.server")
+
+
+class Jobs:
+    def __init__(
+        self,
+        settings: JobSettings,
+        leadership: Leadership,
+        *,
+        topics: TopicNames,
+        sender: CommandSender,
+        nodes: NodeTable,
+        liveness: LivenessTracker,
+        server_name: str,
+    ) -> None:
+        self.settings = settings
+        self.leadership = leadership
+        self.topics = topics
+        self.sender = sender
+        self.nodes = nodes
+        self.liveness = liveness
+        self.server_name = server_name
+        self.coordinator = self._new_coordinator()
+        self.changes: list[Change] = []
+        self.node_records: list[tuple[str, bytes]] = []
+        self.sends: list[Send] = []
+        self.stopping = False
+
+    def _new_coordinator(self) -> Coordinator:
+        return Coordinator(self.settings.keep_finished, self.settings.keep_finished_nodes)
+
+    # --- leadership -------------------------------------------------------------------------
+
+    def stand_by(self) -> None:
+        self.coordinator = self._new_coordinator()
+        self.changes.clear()
+        self.sends.clear()
+
+    def take_over(self, standby_replies: deque[Message], now_ms: int) -> set[str] | None:
+        """Rebuild from the log; the nodes to wait for, or None if deposed at once."""
+        found = recover(self.leadership.log, self.topics)
+        self.coordinator = self._new_coordinator()
+        done = take_over(self.coordinator, found, standby_replies, now_ms)
+        self.changes += done.changes
+        try:
+            self.leadership.append(self.topics.assignments, done.rewrite)
+        except ApiError:
+            return None  # deposed at once: leadership stood this server by
+        log.info(
+            "leader with epoch %d: %d jobs restored (%d active), %d damaged",
+            self.leadership.epoch or -1,
+            len(found.jobs),
+            done.active,
+            len(found.damaged),
+        )
+        return done.unfinished_nodes
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def reply(self, message: Message, now_ms: int) -> None:
+        self.changes += self.coordinator.reply(message, now_ms)
+
+    def node_lost(self, node: str, now_ms: int, reason: str) -> None:
+        if self.leadership.leader:
+            self.changes += self.coordinator.node_lost(node, now_ms, reason)
+
+    def node_online(self, node: str) -> None:
+        if self.leadership.leader:
+            self.sends += self.coordinator.node_online(node)
+
+    def node_event(self, record: tuple[str, bytes]) -> None:
+        self.node_records.append(record)
+
+    def heartbeat(
+        self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int
+    ) -> None:
+        """Send again what a heartbeat shows never arrived (see ``commands.py``)."""
+        if not (self.leadership.leader and self.coordinator.targets_pending(node)):
+            return
+        for send in self.coordinator.unreported(node, busy_with, busy_state):
+            if self.sender.due_again(send, beat_ms):
+                self.sends.append(send)
+
+    def tick(self, now_ms: int) -> None:
+        if self.leadership.leader:
+            self.changes += self.coordinator.tick(now_ms)
+
+    def forget_sent(self, now_ms: int) -> None:
+        self.sender.forget(now_ms - ASKED_KEEP_MS)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def start(self, request: JobRequest, caller: str, now_ms: int) -> str:
+        if self.stopping:
+            raise ApiError("the server is stopping", code=methods.NOT_LEADER)
+        targets = select(request.selectors, self.nodes.facts())
+        if len(targets) > self.settings.max_nodes:
+            raise ApiError(
+                f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
+                code=methods.BAD_REQUEST,
+            )
+        job_id = f"{now_ms:x}{secrets.token_hex(4)}"
+        run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
+        vote_timeout_s = request.vote_timeout_s or self.settings.vote_timeout_s
+        command = {
+            "type": "start",
+            "job_id": job_id,
+            "command": request.command,
+            "targets": targets,
+            "quorum": str(request.quorum),
+            "run_timeout_s": run_timeout_s,
+            "vote_timeout_s": vote_timeout_s,
+            "options": request.options,
+            "requested_by": caller,
+            "created_ms": now_ms,
+        }
+        # The request is durable before anything acts on it.
+        self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
+        self.changes += self.coordinator.submit(
+            job_id,
+            request.command,
+            targets,
+            self.liveness.online_peers(),
+            now_ms,
+            quorum=request.quorum,
+            vote_timeout_ms=round(vote_timeout_s * 1000),
+            run_timeout_ms=round(run_timeout_s * 1000),
+            options=request.options,
+            requested_by=caller,
+        )
+        log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
+        return job_id
+
+    def abort(self, job_id: str, caller: str, now_ms: int) -> None:
+        record = {"type": "abort", "job_id": job_id, "requested_by": caller}
+        self.leadership.append(self.topics.commands, [records.command_record(job_id, record)])
+        self.changes += self.coordinator.abort(job_id, now_ms, f"aborted by {caller}")
+
+    # --- persistence, then effects ----------------------------------------------------------
+
+    def flush(self, now_ms: int) -> None:
+        changes, self.changes = self.changes, []
+        node_records, self.node_records = self.node_records, []
+        if changes or node_records:
+            jobs = self.coordinator.jobs
+            versions = self.coordinator.versions
+            snapshots = [
+                record
+                for job_id, chunks in records.touched_chunks(changes, jobs).items()
+                for record in records.snapshot_records(
+                    jobs[job_id], versions.get(job_id, 0), chunks
+                )
+            ]
+            events = records.job_events(changes, jobs, self.server_name) + node_records
+            try:
+                if snapshots:
+                    self.leadership.append(self.topics.assignments, snapshots)
+                if events and self.leadership.leader:
+                    self.leadership.append(self.topics.events, events)
+            except ApiError:
+                self.sends.clear()  # deposed: the new leader owns these jobs now
+        sends = [c for c in changes if isinstance(c, Send)] + self.sends
+        self.sends = []
+        if self.leadership.leader:
+            for send in sends:
+                self.sender.send(send, self.coordinator.jobs.get(send.job_id), now_ms)

@@ -1,0 +1,80 @@
+"""The job's two transition tables: what each event does to a node and to the job. Pure.
+
+One row per allowed move; a (state, event) pair that is not a key is an illegal move, and
+``Job`` (``job.py``) raises ``StateError`` for it without changing anything. The theory of
+operation (which input raises which event) is in ``job.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from pushjobs.states import JobState, NodeState
+
+
+class NodeEvent(StrEnum):
+    OFFLINE_AT_START = "offline_at_start"
+    ACK_COMMIT = "ack_commit"
+    NACK_COMMIT = "nack_commit"
+    NO_VOTE = "no_vote"
+    QUORUM_LOST = "quorum_lost"
+    ACK_RUN = "ack_run"
+    NACK_RUN = "nack_run"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    LOST = "lost"
+    TIMEOUT = "timeout"
+    ABORT = "abort"
+
+
+class JobEvent(StrEnum):
+    START = "start"
+    QUORUM_MET = "quorum_met"
+    QUORUM_MISSED = "quorum_missed"
+    ALL_DONE = "all_done"
+    TIMEOUT = "timeout"
+    ABORT = "abort"
+    CRASH = "crash"
+
+
+N, J = NodeState, JobState
+
+NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
+    (N.NEW, NodeEvent.OFFLINE_AT_START): N.UNAVAILABLE,
+    (N.NEW, NodeEvent.ACK_COMMIT): N.READY,
+    (N.NEW, NodeEvent.NACK_COMMIT): N.NACKED,
+    (N.NEW, NodeEvent.NO_VOTE): N.UNAVAILABLE,
+    (N.NEW, NodeEvent.LOST): N.CRASHED,
+    (N.NEW, NodeEvent.ABORT): N.ABORTED,
+    (N.READY, NodeEvent.QUORUM_LOST): N.WAS_READY,
+    (N.READY, NodeEvent.ACK_RUN): N.RUNNING,
+    (N.READY, NodeEvent.NACK_RUN): N.NACKED,
+    # A result may overtake a lost ack_run: the node did run.
+    (N.READY, NodeEvent.SUCCEEDED): N.SUCCEEDED,
+    (N.READY, NodeEvent.FAILED): N.FAILED,
+    (N.READY, NodeEvent.ABORTED): N.ABORTED,
+    (N.READY, NodeEvent.LOST): N.CRASHED,
+    (N.READY, NodeEvent.TIMEOUT): N.TIMED_OUT,
+    (N.READY, NodeEvent.ABORT): N.ABORTED,
+    (N.RUNNING, NodeEvent.SUCCEEDED): N.SUCCEEDED,
+    (N.RUNNING, NodeEvent.FAILED): N.FAILED,
+    (N.RUNNING, NodeEvent.ABORTED): N.ABORTED,
+    (N.RUNNING, NodeEvent.LOST): N.CRASHED,
+    (N.RUNNING, NodeEvent.TIMEOUT): N.TIMED_OUT,
+    (N.RUNNING, NodeEvent.ABORT): N.ABORTED,
+}
+
+JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
+    (J.NEW, JobEvent.START): J.VOTING,
+    (J.NEW, JobEvent.ABORT): J.ABORTED,
+    (J.VOTING, JobEvent.QUORUM_MET): J.RUNNING,
+    (J.VOTING, JobEvent.QUORUM_MISSED): J.QUORUM_FAILED,
+    (J.VOTING, JobEvent.ABORT): J.ABORTED,
+    (J.VOTING, JobEvent.CRASH): J.CRASHED,
+    (J.RUNNING, JobEvent.ALL_DONE): J.COMPLETE,
+    (J.RUNNING, JobEvent.TIMEOUT): J.TIMED_OUT,
+    (J.RUNNING, JobEvent.ABORT): J.ABORTED,
+    (J.RUNNING, JobEvent.CRASH): J.CRASHED,
+}

@@ -1,0 +1,144 @@
+"""Node intake and liveness: verified heartbeats and replies routed, silence judged fairly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import AckCommit, Message, NodeHeartbeat
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import HmacSigner
+from server.intake import BATCH, NodeIntake
+from server.nodes import NodeTable
+from server.sessions import SessionKeys
+
+T0 = 1_700_000_000_000
+
+
+class RecordedJobs:
+    """Stands in for job effects: records what intake hands it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def reply(self, message: Message, now_ms: int) -> None:
+        self.calls.append(("reply", message.sender))
+
+    def node_lost(self, node: str, now_ms: int, reason: str) -> None:
+        self.calls.append(("lost", node, reason))
+
+    def node_online(self, node: str) -> None:
+        self.calls.append(("online", node))
+
+    def node_event(self, record: tuple[str, bytes]) -> None:
+        self.calls.append(("event", record[0]))
+
+    def heartbeat(self, node: str, job_id: Any, job_state: Any, beat_ms: int) -> None:
+        self.calls.append(("heartbeat", node))
+
+
+class Lead:
+    leader = True
+
+
+def setup(*, leader: bool = True) -> tuple[NodeIntake, RecordedJobs, SessionKeys]:
+    sessions = SessionKeys()
+    liveness = LivenessTracker(1.0, 3, 2)
+    jobs = RecordedJobs()
+    lead = Lead()
+    lead.leader = leader
+    intake = NodeIntake(
+        Inbox(sessions.resolve, 30.0),
+        NodeTable(liveness),
+        liveness=liveness,
+        jobs=jobs,  # type: ignore[arg-type]
+        leadership=lead,  # type: ignore[arg-type]
+        server_name="server",
+    )
+    return intake, jobs, sessions
+
+
+def node_outbox(sessions: SessionKeys, node: str) -> Outbox:
+    key = sessions.issue(node, now=0.0)
+    return Outbox(node, "inc-" + node, HmacSigner(key.key_id, key.secret))
+
+
+def beat(outbox: Outbox, ms: int) -> list[bytes]:
+    return outbox.frames(NodeHeartbeat, ms, command_endpoint="tcp://127.0.0.1:9")
+
+
+def test_heartbeats_bring_a_node_online_at_the_threshold_and_feed_resends() -> None:
+    intake, jobs, sessions = setup()
+    n1 = node_outbox(sessions, "n1")
+    intake.receive([beat(n1, T0)], 0.0, T0 + 3)
+    assert not intake.nodes.is_online("n1")
+    intake.receive([beat(n1, T0 + 1000)], 1.0, T0 + 1000)
+    assert intake.nodes.is_online("n1")
+    assert ("online", "n1") in jobs.calls and ("event", "node:n1") in jobs.calls
+    assert jobs.calls.count(("heartbeat", "n1")) == 2
+    assert intake.counters["node_online"] == 1
+    assert intake.heartbeat_lag_ms[3] == 1 and intake.heartbeat_lag_ms[0] == 1
+
+
+def test_a_forged_or_replayed_message_is_a_counted_drop_and_nothing_else() -> None:
+    intake, jobs, sessions = setup()
+    n1 = node_outbox(sessions, "n1")
+    forged = Outbox("n1", "inc-n1", HmacSigner(n1.signer.key_id, b"x" * 32))
+    frames = beat(n1, T0)
+    intake.receive([beat(forged, T0), frames, frames], 0.0, T0)
+    assert sum(intake.inbox.drops.values()) == 2
+    assert jobs.calls == [("heartbeat", "n1")]
+
+
+def test_job_replies_go_to_the_leader_or_are_kept_for_the_next_one() -> None:
+    intake, jobs, sessions = setup(leader=False)
+    n1 = node_outbox(sessions, "n1")
+    ack = n1.frames(AckCommit, T0, job_id="j1")
+    intake.receive([ack], 0.0, T0)
+    assert jobs.calls == [] and [m.sender for m in intake.standby_replies] == ["n1"]
+    intake.leadership.leader = True  # type: ignore[misc]
+    intake.receive([n1.frames(AckCommit, T0, job_id="j2")], 0.0, T0)
+    assert jobs.calls == [("reply", "n1")]
+
+
+def test_silence_during_a_backlog_is_not_an_outage_but_after_it_is() -> None:
+    intake, jobs, sessions = setup()
+    n1 = node_outbox(sessions, "n1")
+    intake.receive([beat(n1, T0), beat(n1, T0 + 1)], 0.0, T0)
+    full = [beat(n1, T0 + 2)] + [[b"junk"]] * (BATCH - 1)
+    intake.receive(full, 0.5, T0)
+    assert intake.backlog
+    intake.expire(60.0, T0 + 60_000)
+    assert intake.nodes.is_online("n1") and intake.counters["expiry_deferred"] == 1
+    intake.idle()
+    intake.expire(60.0, T0 + 60_000)
+    assert not intake.nodes.is_online("n1")
+    assert ("lost", "n1", "node went offline") in jobs.calls
+
+
+def test_after_a_takeover_only_the_awaited_nodes_still_unseen_at_the_deadline_are_lost() -> None:
+    intake, jobs, sessions = setup()
+    seen = node_outbox(sessions, "seen")
+    intake.await_nodes({"seen", "unseen"}, until=5.0)
+    assert intake.next_deadline() == 5.0
+    intake.receive([beat(seen, T0), beat(seen, T0 + 1)], 4.0, T0)
+    intake.expire(4.9, T0)
+    assert not [c for c in jobs.calls if c[0] == "lost"]
+    intake.expire(5.0, T0)
+    assert [c for c in jobs.calls if c[0] == "lost"] == [
+        ("lost", "unseen", "not seen since the server restarted")
+    ]
+    assert intake.awaited_until is None
+
+
+def test_a_cut_off_node_goes_offline_or_at_least_is_lost_to_its_jobs() -> None:
+    intake, jobs, sessions = setup()
+    n1 = node_outbox(sessions, "n1")
+    intake.receive([beat(n1, T0), beat(n1, T0 + 1)], 0.0, T0)
+    intake.cut_off("n1", 0.1, T0, "key revoked")
+    assert not intake.nodes.is_online("n1")
+    assert ("lost", "n1", "key revoked") in jobs.calls
+    jobs.calls.clear()
+    intake.cut_off("never-seen", 0.1, T0, "key revoked")
+    assert jobs.calls == [("lost", "never-seen", "key revoked")]

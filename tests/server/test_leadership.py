@@ -1,0 +1,81 @@
+"""Leadership alone: the lease, the fence on every write, standing by (fake clock, memory log)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pushjobs.api import methods
+from pushjobs.clock import FakeClock
+from pushjobs.errors import ApiError
+from pushjobs.log.memory import MemoryLog, MemoryStore
+from pushjobs.log.topics import create_standard_topics
+from server.leadership import Leadership, Lease
+
+SESSION_S = 5.0
+
+
+def join(store: MemoryStore, clock: FakeClock, member: str) -> tuple[Leadership, list[str]]:
+    log = MemoryLog(store, clock=clock)
+    topics = create_standard_topics(log)
+    leadership = Leadership.join(log, topics, "pushjobs.", member, SESSION_S)
+    stood_by: list[str] = []
+    leadership.on_stand_by = lambda: stood_by.append(member)
+    return leadership, stood_by
+
+
+def test_the_first_member_takes_over_then_holds_and_renews_a_third_of_a_session_later() -> None:
+    clock = FakeClock()
+    a, _ = join(MemoryStore(), clock, "a")
+    assert not a.leader
+    assert a.renew(clock.monotonic()) is Lease.TOOK_OVER
+    assert a.leader and a.epoch is not None
+    assert a.next_renewal == pytest.approx(clock.monotonic() + SESSION_S / 3)
+    assert a.renew(clock.monotonic()) is Lease.HELD
+
+
+def test_a_second_member_stands_by_while_the_lease_is_held_and_takes_over_when_it_lapses() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    a, _ = join(store, clock, "a")
+    b, _ = join(store, clock, "b")
+    a.renew(clock.monotonic())
+    assert b.renew(clock.monotonic()) is Lease.STANDING_BY
+    clock.advance(SESSION_S + 1)  # a is silent past its session
+    assert b.renew(clock.monotonic()) is Lease.TOOK_OVER
+    assert b.epoch is not None and a.epoch is not None and b.epoch > a.epoch
+
+
+def test_a_deposed_leaders_write_is_fenced_it_stands_by_and_the_caller_hears_not_leader() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    a, a_stood_by = join(store, clock, "a")
+    b, _ = join(store, clock, "b")
+    a.renew(clock.monotonic())
+    clock.advance(SESSION_S + 1)
+    b.renew(clock.monotonic())
+    topic = "pushjobs.assignments"
+    with pytest.raises(ApiError) as raised:
+        a.append(topic, [("k", b"late")])
+    assert raised.value.code == methods.NOT_LEADER
+    assert a_stood_by == ["a"] and not a.leader
+    assert a.log.end_offset(topic) == 0  # the log refused it: nothing was written
+
+
+def test_standing_by_refuses_decisions_but_writes_node_events() -> None:
+    clock = FakeClock()
+    a, _ = join(MemoryStore(), clock, "a")
+    with pytest.raises(ApiError):
+        a.append("pushjobs.commands", [("k", b"v")])
+    a.append(a.unfenced_topic, [("node:n1", b"online")])
+    assert a.log.end_offset(a.unfenced_topic) == 1
+
+
+def test_losing_the_lease_is_reported_once_and_stands_by() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    a, a_stood_by = join(store, clock, "a")
+    b, _ = join(store, clock, "b")
+    a.renew(clock.monotonic())
+    clock.advance(SESSION_S + 1)
+    b.renew(clock.monotonic())
+    assert a.renew(clock.monotonic()) is Lease.DEPOSED
+    assert a_stood_by == ["a"]
+    assert a.renew(clock.monotonic()) is Lease.STANDING_BY
+    assert a_stood_by == ["a"]
