@@ -217,7 +217,9 @@ class Server:
     def wait_s(self) -> float:
         now = self.clock.monotonic()
         due = [self.next_beat, self.leadership.next_renewal, self.next_registry, now + MAX_WAIT_S]
-        due += [d for d in (self.intake.next_deadline(), self.watches.next_deadline()) if d]
+        due += [
+            d for d in (self.intake.next_deadline(), self.watches.next_deadline()) if d is not None
+        ]
         job_deadline = self.jobs.coordinator.next_deadline_ms()
         if job_deadline is not None:
             due.append(now + (job_deadline - self.clock.wall_ms()) / 1000)
@@ -269,6 +271,11 @@ class Server:
         self.watches.answer(self.jobs.coordinator, now, now_ms, self.responder)
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)
+
+    def stop(self) -> None:
+        """Finish this turn and stop; new jobs are refused from now on."""
+        self.stopping = True
+        self.jobs.stopping = True
 
     def close(self) -> None:
         try:

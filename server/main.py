@@ -52,8 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
 
     def stop(signum: int, frame: object) -> None:
-        server.stopping = True
-        server.jobs.stopping = True
+        server.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
