@@ -24,7 +24,7 @@ from pathlib import Path
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.log.base import TopicPolicy
-from pushjobs.log.rules import fold
+from pushjobs.log.fold import fold
 from pushjobs.log.sqlite import SqliteLog
 
 VALUE_BYTES = 200

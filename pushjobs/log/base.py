@@ -14,15 +14,23 @@ under which fencing epoch. A member that stops polling loses ownership after its
 timeout; each change of owner raises the epoch. A write made with ``fence=Fence(group,
 epoch)`` is refused with ``FencedError`` unless ``epoch`` is still the group's current
 epoch, so a deposed leader that wakes up late cannot overwrite its successor.
+
+Besides the interface, what every backend shares as is: ``record_bytes`` (what a record
+counts for), ``AppendByBatch`` (``append`` as a batch of one) and ``NamedMember`` (the
+names of a group member).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+# What ``append_batch`` takes: (key, value) pairs, a None value being a tombstone.
+Batch = Sequence[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,11 @@ class TopicInfo:
     end_offset: int
     records: int
     bytes: int
+
+
+def record_bytes(key: str, value: bytes | None) -> int:
+    """What a record counts for in ``TopicInfo.bytes`` and size retention: key and value."""
+    return len(key.encode()) + (len(value) if value is not None else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +109,22 @@ class GroupMember(Protocol):
         ...
 
 
+class NamedMember:
+    """The names every backend's ``GroupMember`` carries: its group, topic and member id."""
+
+    def __init__(self, group: str, topic: str, member_id: str) -> None:
+        self.group = group
+        self.topic = topic
+        self._member_id = member_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.group!r}, {self.topic!r}, {self._member_id!r})"
+
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
+
 class OrderedLog(Protocol):
     def create_topic(self, topic: str, policy: TopicPolicy) -> None:
         """Create the topic if it does not exist; an existing topic keeps its policy."""
@@ -109,13 +138,7 @@ class OrderedLog(Protocol):
         """Append one record; return its offset once durable."""
         ...
 
-    def append_batch(
-        self,
-        topic: str,
-        records: Sequence[tuple[str, bytes | None]],
-        *,
-        fence: Fence | None = None,
-    ) -> list[int]:
+    def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
         """Append many records with one durable write; return their offsets in order."""
         ...
 
@@ -157,3 +180,17 @@ class ListsGroups(Protocol):
     """
 
     def groups(self) -> list[GroupInfo]: ...
+
+
+class AppendByBatch(ABC):
+    """``append`` as a batch of one, for backends whose batch is their one durable write."""
+
+    @abstractmethod
+    def append_batch(
+        self, topic: str, records: Batch, *, fence: Fence | None = None
+    ) -> list[int]: ...
+
+    def append(
+        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
+    ) -> int:
+        return self.append_batch(topic, [(key, value)], fence=fence)[0]

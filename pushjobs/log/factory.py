@@ -15,8 +15,8 @@ from pathlib import Path
 from pushjobs import paths
 from pushjobs.clock import Clock
 from pushjobs.errors import ConfigError, MissingExtra
-from pushjobs.log import rules
 from pushjobs.log.base import DEFAULT_MAX_VALUE_BYTES, OrderedLog
+from pushjobs.log.compaction import DEFAULT_DELETE_RETENTION_MS
 from pushjobs.log.topics import DEFAULT_PREFIX
 
 BACKENDS = ("sqlite", "kafka", "memory")
@@ -32,7 +32,7 @@ class LogSettings:
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     busy_timeout_s: float = 10.0
     """sqlite: how long a write waits for another process's write lock."""
-    delete_retention_ms: int = rules.DEFAULT_DELETE_RETENTION_MS
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
     """sqlite, memory: how long compaction keeps a tombstone."""
     compact_every_appends: int = 0
     """sqlite, memory: compact a topic after this many appends to it (0: only on demand)."""

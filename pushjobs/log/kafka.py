@@ -22,30 +22,11 @@ cluster auto-created with more partitions behaves as a single-partition topic.
   (``<internal_prefix>-topics``), which is what ``topics()`` lists and reports.
 - ``compact()`` only reports: Kafka compacts and applies retention in the broker.
 
-Fencing (see ``kafka_member``). Kafka offers no conditional append without transactions,
-so the epoch lives in a compacted control topic, ``<internal_prefix>-fence``. When a group
-member gains partition 0 of its topic, it confirms with the coordinator that it is still a
-member (a synchronous offset commit, which the broker refuses from an expired member) and
-appends a claim record keyed by the group; the claim's offset + 1 is the new epoch, so
-epochs strictly increase and no two claims share one. The current epoch of a group is the
-one of its latest claim. A fenced append checks, before producing, that its epoch is
-still the latest claim and that a member of this handle holding that epoch still holds
-the partition, and checks the claim again once the records are durable. Folding readers
-(``latest``) drop a fenced record whose epoch is lower than one already seen in the topic.
-
-What that guarantees, and the race that remains. A deposed leader whose append starts
-after its successor's claim is durable gets ``FencedError`` and writes nothing. An append
-that passed the first check but whose records became durable after a successor's claim
-raises ``FencedError`` too, after the fact: the records are in the log, but the caller is
-told, so it never acts on them (the leader sends commands only after its writes return).
-Such a late record is hidden from ``latest`` once the successor has written to that topic;
-if it lands between the successor's claim and the successor's first write to the topic,
-it stays visible to readers until the successor overwrites its key. The window is the
-time between the check and the record reaching the broker, bounded by the delivery
-timeout unless the whole process stalls mid-produce. Closing it needs the broker to refuse
-the write, i.e. transactions (a transactional producer per leader with the epoch in its
-``transactional.id``), which librdkafka's mock cluster does not support for fencing, so
-this backend does not use them.
+Fencing (see ``kafka_control`` and ``kafka_member``). The epoch of a group lives in a
+compacted control topic, ``<internal_prefix>-fence``; a fenced append checks it before
+producing and again once its records are durable, and ``latest`` folds with
+``fold.fold_fenced``, which drops a deposed leader's late writes. ``kafka_control`` says
+what that guarantees and the race that remains without transactions.
 """
 
 from __future__ import annotations
@@ -53,15 +34,17 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from pushjobs.clock import Clock, SystemClock
-from pushjobs.errors import FencedError, LogError, OffsetOutOfRange, RecordTooLarge, UnknownTopic
+from pushjobs.errors import LogError, UnknownTopic
+from pushjobs.log import checks
 from pushjobs.log.base import (
     DEFAULT_MAX_VALUE_BYTES,
+    AppendByBatch,
+    Batch,
     CompactionStats,
     Fence,
     GroupMember,
@@ -69,8 +52,10 @@ from pushjobs.log.base import (
     Record,
     TopicInfo,
     TopicPolicy,
+    record_bytes,
 )
-from pushjobs.log.kafka_admin import TopicAdmin, decode_policy, encode_policy, topic_config
+from pushjobs.log.fold import fold_fenced
+from pushjobs.log.kafka_admin import TopicAdmin, topic_config
 from pushjobs.log.kafka_client import (
     Config,
     KafkaTimeouts,
@@ -79,6 +64,7 @@ from pushjobs.log.kafka_client import (
     translate,
     translate_exception,
 )
+from pushjobs.log.kafka_control import ControlTopics
 from pushjobs.log.kafka_io import PARTITION, Reader, Writer
 from pushjobs.log.kafka_member import GroupProtocol, KafkaGroupMember
 
@@ -87,10 +73,10 @@ log = logging.getLogger(__name__)
 # Headroom over max_value_bytes for the key, headers and batch framing.
 FRAMING_BYTES = 64 * 1024
 
-__all__ = ["KafkaLog", "KafkaTimeouts", "fold_latest", "topic_config"]
+__all__ = ["KafkaLog", "KafkaTimeouts", "topic_config"]
 
 
-class KafkaLog:
+class KafkaLog(AppendByBatch):
     """An ``OrderedLog`` on a Kafka cluster; a handle may be shared between threads."""
 
     def __init__(
@@ -128,8 +114,6 @@ class KafkaLog:
         self.timeouts = timeouts or KafkaTimeouts()
         self.max_value_bytes = max_value_bytes
         self.group_protocol: GroupProtocol = group_protocol
-        self.fence_topic = f"{internal_prefix}-fence"
-        self.registry_topic = f"{internal_prefix}-topics"
         self._config = dict(config or {})
         self._producer_config = dict(producer_config or {})
         self._consumer_config = dict(consumer_config or {})
@@ -138,9 +122,6 @@ class KafkaLog:
         # (assign, consume, unassign) must not interleave with another.
         self._lock = threading.RLock()
         self._closed = False
-        self._internal_ready = False
-        self._fences = _Folded(self.fence_topic)
-        self._registry = _Folded(self.registry_topic)
         self._group_clients: dict[str, Any] = {}
         self._members: list[KafkaGroupMember] = []
         # librdkafka insists on a group.id; the reader never joins or commits, and a
@@ -156,6 +137,14 @@ class KafkaLog:
             self._reader,
             replication_factor=replication_factor,
             create_fallback=create_fallback,
+        )
+        self.control = ControlTopics(
+            internal_prefix,
+            reader=self._reader,
+            writer=self._writer,
+            admin=self._admin,
+            clock=self._clock,
+            lock=self._lock,
         )
 
     def __repr__(self) -> str:
@@ -217,10 +206,10 @@ class KafkaLog:
     def create_topic(self, topic: str, policy: TopicPolicy) -> None:
         with self._lock:
             self._ensure_open()
-            if topic in self._registered():
+            if topic in self.control.registered():
                 return
             self._admin.create(topic, policy)
-            self._append_raw(self.registry_topic, topic, encode_policy(policy))
+            self.control.register(topic, policy)
 
     def topics(self) -> list[TopicInfo]:
         """The topics created through ``create_topic``, with the policy they were given.
@@ -230,59 +219,38 @@ class KafkaLog:
         with self._lock:
             self._ensure_open()
             infos = []
-            for name, policy in sorted(self._registered().items()):
+            for name, policy in sorted(self.control.registered().items()):
                 try:
                     low, high = self._reader.watermarks(name)
                 except UnknownTopic:
                     continue
                 records = self._reader.fetch(name, low, high, high - low) if high > low else []
-                size = sum(len(r.key.encode()) + len(r.value or b"") for r in records)
+                size = sum(record_bytes(r.key, r.value) for r in records)
                 infos.append(TopicInfo(name, policy, low, high, len(records), size))
             return infos
 
     # OrderedLog: writing.
 
-    def append(
-        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
-    ) -> int:
-        return self.append_batch(topic, [(key, value)], fence=fence)[0]
-
-    def append_batch(
-        self,
-        topic: str,
-        records: Sequence[tuple[str, bytes | None]],
-        *,
-        fence: Fence | None = None,
-    ) -> list[int]:
+    def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
         for key, value in records:
-            if value is not None and len(value) > self.max_value_bytes:
-                raise RecordTooLarge(
-                    f"{topic}: value of {len(value)} bytes for key {key!r} is over the "
-                    f"{self.max_value_bytes}-byte limit"
-                )
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
+            checks.check_value_size(topic, key, value, self.max_value_bytes)
+        with self._topic_locked(topic):
             if not records:
                 return []
             if fence is None:
                 return self._writer.produce(topic, records, 0)
-            self._check_fence(fence, topic)
+            self.control.check_fence(fence, topic, self._members)
             offsets = self._writer.produce(topic, records, fence.epoch)
-            self._check_fence(fence, topic, written=offsets)
+            self.control.check_fence(fence, topic, self._members, written=offsets)
             return offsets
 
     # OrderedLog: reading.
 
     def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
-        if from_offset < 0:
-            raise OffsetOutOfRange(f"{topic}: negative offset {from_offset}")
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
+        checks.check_read_start(topic, from_offset)
+        with self._topic_locked(topic):
             low, high = self._reader.watermarks(topic)
-            if from_offset > high:
-                raise OffsetOutOfRange(f"{topic}: offset {from_offset} is past the end {high}")
+            checks.check_not_past_end(topic, from_offset, high)
             # Below the first kept offset (retention): start at the first record kept.
             start = max(from_offset, low)
             if limit <= 0 or start >= high:
@@ -290,26 +258,20 @@ class KafkaLog:
             return self._reader.fetch(topic, start, high, limit)
 
     def latest(self, topic: str) -> dict[str, Record]:
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
+        with self._topic_locked(topic):
             low, high = self._reader.watermarks(topic)
             if high <= low:
                 return {}
-            return fold_latest(self._reader.fetch(topic, low, high, high - low))
+            return fold_fenced(self._reader.fetch(topic, low, high, high - low))
 
     def end_offset(self, topic: str) -> int:
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
+        with self._topic_locked(topic):
             return self._reader.watermarks(topic)[1]
 
     # OrderedLog: consumer groups.
 
     def committed(self, group: str, topic: str) -> int | None:
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
+        with self._topic_locked(topic):
             what = f"reading the offset of group {group!r} on {topic}"
             try:
                 (part,) = self._group_client(group).committed(
@@ -323,14 +285,9 @@ class KafkaLog:
             return offset if offset >= 0 else None
 
     def commit(self, group: str, topic: str, offset: int) -> None:
-        if offset < 0:
-            raise OffsetOutOfRange(f"{topic}: cannot commit negative offset {offset}")
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
-            high = self._reader.watermarks(topic)[1]
-            if offset > high:
-                raise OffsetOutOfRange(f"{topic}: offset {offset} is past the end {high}")
+        checks.check_commit_start(topic, offset)
+        with self._topic_locked(topic):
+            checks.check_not_past_end(topic, offset, self._reader.watermarks(topic)[1])
             what = f"committing offset {offset} of group {group!r} on {topic}"
             try:
                 parts = self._group_client(group).commit(
@@ -346,10 +303,8 @@ class KafkaLog:
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> KafkaGroupMember:
-        with self._lock:
-            self._ensure_open()
-            self._reader.require_topic(topic)
-            self._ensure_internal_topics()
+        with self._topic_locked(topic):
+            self.control.ensure()
             if self.group_protocol == "consumer":
                 self._admin.set_group_session_timeout(group, session_timeout_s)
             member = KafkaGroupMember(self, group, topic, member_id, session_timeout_s)
@@ -362,7 +317,7 @@ class KafkaLog:
         """Report only: Kafka's log cleaner compacts and applies retention in the broker."""
         with self._lock:
             self._ensure_open()
-            names = list(topics) if topics is not None else sorted(self._registered())
+            names = list(topics) if topics is not None else sorted(self.control.registered())
             stats = []
             for name in names:
                 started = self._clock.monotonic()
@@ -393,46 +348,12 @@ class KafkaLog:
             self._reader.close()
             self._writer.close()
 
-    # Fencing, with kafka_member.
-
-    def current_epoch(self, group: str) -> int:
-        """The epoch of the group's latest claim (0 if nobody ever claimed it)."""
-        with self._lock:
-            claim = self._fold(self._fences).get(group)
-            return 0 if claim is None else claim.offset + 1
-
-    def claim(self, group: str, member_id: str, generation: int) -> int:
-        """Record that ``member_id`` now owns the group's topic; return the new epoch."""
-        with self._lock:
-            value = orjson.dumps(
-                {"member": member_id, "generation": generation, "ts": self._clock.wall_ms()}
-            )
-            return self._append_raw(self.fence_topic, group, value) + 1
+    # For kafka_member.
 
     def forget_member(self, member: KafkaGroupMember) -> None:
         with self._lock:
             if member in self._members:
                 self._members.remove(member)
-
-    def _check_fence(self, fence: Fence, topic: str, written: list[int] | None = None) -> None:
-        current = self.current_epoch(fence.group)
-        holder = next(
-            (m for m in self._members if m.group == fence.group and m.epoch == fence.epoch),
-            None,
-        )
-        problem = None
-        if current != fence.epoch:
-            problem = f"the current epoch of group {fence.group!r} is {current}"
-        elif holder is not None and not holder.holds_partition():
-            problem = f"member {holder.member_id!r} no longer holds the partition"
-        if problem is None:
-            return
-        if written:
-            raise FencedError(
-                f"{topic}: records at offsets {written[0]}..{written[-1]} were written with "
-                f"epoch {fence.epoch} but {problem}; a successor owns the group"
-            )
-        raise FencedError(f"{topic}: epoch {fence.epoch} is stale: {problem}")
 
     # Internals; callers hold self._lock.
 
@@ -440,33 +361,13 @@ class KafkaLog:
         if self._closed:
             raise LogError("the Kafka log handle is closed")
 
-    def _ensure_internal_topics(self) -> None:
-        if not self._internal_ready:
-            for name in (self.fence_topic, self.registry_topic):
-                if not self._reader.exists(name):
-                    self._admin.create(name, TopicPolicy(compacted=True))
-            self._internal_ready = True
-
-    def _registered(self) -> dict[str, TopicPolicy]:
-        return {
-            name: decode_policy(rec.value)
-            for name, rec in self._fold(self._registry).items()
-            if rec.value is not None
-        }
-
-    def _fold(self, folded: _Folded) -> dict[str, Record]:
-        self._ensure_internal_topics()
-        low, high = self._reader.watermarks(folded.topic)
-        start = max(folded.next_offset, low)
-        if high > start:
-            for rec in self._reader.fetch(folded.topic, start, high, high - start):
-                folded.latest[rec.key] = rec
-        folded.next_offset = max(folded.next_offset, high)
-        return folded.latest
-
-    def _append_raw(self, topic: str, key: str, value: bytes) -> int:
-        self._ensure_internal_topics()
-        return self._writer.produce(topic, [(key, value)], 0)[0]
+    @contextmanager
+    def _topic_locked(self, topic: str) -> Iterator[None]:
+        """Hold the lock on an open handle, for a topic that exists."""
+        with self._lock:
+            self._ensure_open()
+            self._reader.require_topic(topic)
+            yield
 
     def _group_client(self, group: str) -> Any:
         # A group with live members takes commits only from a member: use ours if any.
@@ -481,37 +382,6 @@ class KafkaLog:
                 raise translate_exception(exc, f"creating a client for group {group}") from exc
             self._group_clients[group] = client
         return client
-
-
-class _Folded:
-    """A compacted control topic folded incrementally: the latest record per key."""
-
-    __slots__ = ("latest", "next_offset", "topic")
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.next_offset = 0
-        self.latest: dict[str, Record] = {}
-
-
-def fold_latest(records: Iterable[Record]) -> dict[str, Record]:
-    """The latest record per key, tombstones removed, late writes of deposed leaders dropped.
-
-    A fenced record (epoch > 0) whose epoch is lower than one already seen in the topic was
-    written by a leader after its successor had written: it is ignored.
-    """
-    latest: dict[str, Record] = {}
-    highest_epoch = 0
-    for rec in records:
-        if rec.epoch:
-            if rec.epoch < highest_epoch:
-                continue
-            highest_epoch = rec.epoch
-        if rec.value is None:
-            latest.pop(rec.key, None)
-        else:
-            latest[rec.key] = rec
-    return latest
 
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 from pushjobs.errors import FencedError
+from pushjobs.log.base import NamedMember
 from pushjobs.log.kafka_client import load, translate, translate_exception
 
 if TYPE_CHECKING:
@@ -49,17 +50,15 @@ PARTITION = 0
 _GROUP_METADATA_MAGIC = b"CGMDv2:"
 
 
-class KafkaGroupMember:
+class KafkaGroupMember(NamedMember):
     """A ``GroupMember`` backed by a subscribed confluent-kafka consumer."""
 
     def __init__(
         self, owner: KafkaLog, group: str, topic: str, member_id: str, session_timeout_s: float
     ) -> None:
         self._ck, _ = load()
+        super().__init__(group, topic, member_id)
         self._log = owner
-        self.group = group
-        self.topic = topic
-        self._member_id = member_id
         self.epoch: int | None = None
         self.is_open = True
         self._held: set[int] = set()
@@ -87,13 +86,6 @@ class KafkaGroupMember:
         except self._ck.KafkaException as exc:
             raise translate_exception(exc, f"joining group {group!r} on {topic}") from exc
 
-    def __repr__(self) -> str:
-        return f"KafkaGroupMember({self.group!r}, {self.topic!r}, {self._member_id!r})"
-
-    @property
-    def member_id(self) -> str:
-        return self._member_id
-
     def poll(self) -> int | None:
         """Serve the group's callbacks; the epoch if this member owns the topic, else None.
 
@@ -112,14 +104,14 @@ class KafkaGroupMember:
         if not self.holds_partition():
             self.epoch = None
             return None
-        current = self._log.current_epoch(self.group)
+        current = self._log.control.current_epoch(self.group)
         if self.epoch is not None and current == self.epoch:
             return self.epoch
         if not self._confirmed_by_coordinator():
             self.epoch = None
             return None
         previous = self.epoch
-        self.epoch = self._log.claim(self.group, self._member_id, self._generation())
+        self.epoch = self._log.control.claim(self.group, self._member_id, self._generation())
         log.info(
             "group %s: member %s owns %s with epoch %d (previous claim epoch %d%s)",
             self.group,
@@ -151,7 +143,7 @@ class KafkaGroupMember:
     def _confirmed_by_coordinator(self) -> bool:
         """Is this consumer still a member of the group's current generation?"""
         what = f"confirming membership of group {self.group!r}"
-        fence = self._ck.TopicPartition(self._log.fence_topic, PARTITION, 0)
+        fence = self._ck.TopicPartition(self._log.control.fence_topic, PARTITION, 0)
         try:
             parts = self.consumer.commit(offsets=[fence], asynchronous=False)
         except self._ck.KafkaException as exc:

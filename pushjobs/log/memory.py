@@ -11,25 +11,30 @@ from __future__ import annotations
 import bisect
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pushjobs.clock import Clock, SystemClock
-from pushjobs.errors import FencedError, LogError, UnknownTopic
-from pushjobs.log import rules
+from pushjobs.clock import Clock
+from pushjobs.errors import LogError, UnknownTopic
+from pushjobs.log import checks, leases
 from pushjobs.log.base import (
     DEFAULT_MAX_VALUE_BYTES,
+    Batch,
     CompactionStats,
     Fence,
     GroupInfo,
     GroupMember,
     ListsGroups,
+    NamedMember,
     OrderedLog,
     Record,
     TopicInfo,
     TopicPolicy,
+    record_bytes,
 )
+from pushjobs.log.compaction import DEFAULT_DELETE_RETENTION_MS, Compaction
+from pushjobs.log.embedded import EmbeddedLog
 
 
 @dataclass(slots=True)
@@ -48,13 +53,13 @@ class MemoryStore:
         self.lock = threading.RLock()
         self.topics: dict[str, _Topic] = {}
         self.offsets: dict[tuple[str, str], int] = {}
-        self.leases: dict[tuple[str, str], rules.Lease] = {}
+        self.leases: dict[tuple[str, str], leases.Lease] = {}
 
     def group_epoch(self, group: str) -> int:
         return max((ls.epoch for (g, _), ls in self.leases.items() if g == group), default=0)
 
 
-class MemoryLog:
+class MemoryLog(EmbeddedLog["MemoryMember"]):
     """An ``OrderedLog`` in a ``MemoryStore``; safe to share between threads."""
 
     def __init__(
@@ -63,17 +68,13 @@ class MemoryLog:
         *,
         clock: Clock | None = None,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-        delete_retention_ms: int = rules.DEFAULT_DELETE_RETENTION_MS,
+        delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
         compact_every_appends: int = 0,
     ) -> None:
+        compaction = Compaction(compact_every_appends, delete_retention_ms)
+        super().__init__(clock, max_value_bytes, compaction)
         self.store = store if store is not None else MemoryStore()
-        self.max_value_bytes = max_value_bytes
-        self.delete_retention_ms = delete_retention_ms
-        self.compact_every_appends = compact_every_appends
-        self._clock: Clock = clock or SystemClock()
         self._closed = False
-        self._members: list[MemoryMember] = []
-        self._appends: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"MemoryLog(store=0x{id(self.store):x})"
@@ -81,7 +82,7 @@ class MemoryLog:
     # Topics.
 
     def create_topic(self, topic: str, policy: TopicPolicy) -> None:
-        rules.check_policy(topic, policy)
+        checks.check_policy(topic, policy)
         with self._locked():
             self.store.topics.setdefault(topic, _Topic(policy))
 
@@ -91,42 +92,26 @@ class MemoryLog:
 
     # Writing.
 
-    def append(
-        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
-    ) -> int:
-        return self.append_batch(topic, [(key, value)], fence=fence)[0]
-
-    def append_batch(
-        self,
-        topic: str,
-        records: Sequence[tuple[str, bytes | None]],
-        *,
-        fence: Fence | None = None,
-    ) -> list[int]:
-        rules.check_records(topic, records, self.max_value_bytes)
+    def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
+        checks.check_records(topic, records, self.max_value_bytes)
         with self._locked():
             t = self._topic(topic)
             if not records:
                 return []
             epoch = 0
             if fence is not None:
-                current = self.store.group_epoch(fence.group)
-                if fence.epoch != current:
-                    raise FencedError(
-                        f"{topic}: epoch {fence.epoch} is stale: the current epoch of group "
-                        f"{fence.group!r} is {current}"
-                    )
-                epoch = fence.epoch
+                epoch = checks.check_epoch(topic, fence, self.store.group_epoch(fence.group))
             now_ms = self._clock.wall_ms()
             offsets = []
             for key, value in records:
                 rec = Record(topic, t.end_offset, key, value, now_ms, epoch)
                 t.records.append(rec)
                 t.heads[key] = rec
-                t.bytes += rules.record_bytes(key, value)
+                t.bytes += record_bytes(key, value)
                 offsets.append(t.end_offset)
                 t.end_offset += 1
-            self._maybe_compact(topic, t, len(records))
+            if self.compaction.due(topic, len(records)):
+                self._compact_topic(topic, t)
             return offsets
 
     # Reading.
@@ -134,7 +119,7 @@ class MemoryLog:
     def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
         with self._locked():
             t = self._topic(topic)
-            rules.check_read_offset(topic, from_offset, t.end_offset)
+            checks.check_read_offset(topic, from_offset, t.end_offset)
             if limit <= 0:
                 return []
             start = bisect.bisect_left(t.records, from_offset, key=lambda r: r.offset)
@@ -158,13 +143,13 @@ class MemoryLog:
 
     def commit(self, group: str, topic: str, offset: int) -> None:
         with self._locked():
-            rules.check_commit_offset(topic, offset, self._topic(topic).end_offset)
+            checks.check_commit_offset(topic, offset, self._topic(topic).end_offset)
             self.store.offsets[(group, topic)] = offset
 
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> MemoryMember:
-        session_ms = rules.session_ms(session_timeout_s)
+        session_ms = checks.session_ms(session_timeout_s)
         with self._locked():
             self._topic(topic)
             member = MemoryMember(self, group, topic, member_id, session_ms)
@@ -199,18 +184,8 @@ class MemoryLog:
         with self.store.lock:
             if self._closed:
                 return
-            for member in list(self._members):
-                member.close()
+            self._close_members()
             self._closed = True
-
-    # For MemoryMember, which holds the store lock through the log.
-
-    def now_ms(self) -> int:
-        return self._clock.wall_ms()
-
-    def forget(self, member: MemoryMember) -> None:
-        if member in self._members:
-            self._members.remove(member)
 
     # Internals.
 
@@ -222,15 +197,6 @@ class MemoryLog:
         if t is None:
             raise UnknownTopic(f"unknown topic {topic!r}")
         return t
-
-    def _maybe_compact(self, topic: str, t: _Topic, count: int) -> None:
-        if self.compact_every_appends <= 0:
-            return
-        done = self._appends.get(topic, 0) + count
-        self._appends[topic] = done
-        if done >= self.compact_every_appends:
-            self._appends[topic] = 0
-            self._compact_topic(topic, t)
 
     def _compact_topic(self, name: str, t: _Topic) -> CompactionStats:
         started = self._clock.monotonic()
@@ -244,10 +210,10 @@ class MemoryLog:
             first = next((i for i, r in enumerate(keep) if r.timestamp_ms >= cutoff), len(keep))
             keep = keep[first:]
         if t.policy.retention_bytes is not None:
-            total = sum(rules.record_bytes(r.key, r.value) for r in keep)
+            total = sum(record_bytes(r.key, r.value) for r in keep)
             first = 0
             while first < len(keep) and total > t.policy.retention_bytes:
-                total -= rules.record_bytes(keep[first].key, keep[first].value)
+                total -= record_bytes(keep[first].key, keep[first].value)
                 first += 1
             keep = keep[first:]
         if t.policy.compacted:
@@ -261,7 +227,7 @@ class MemoryLog:
         kept = {r.offset for r in keep}
         t.heads = {k: r for k, r in t.heads.items() if r.offset in kept}
         t.records = keep
-        t.bytes = sum(rules.record_bytes(r.key, r.value) for r in keep)
+        t.bytes = sum(record_bytes(r.key, r.value) for r in keep)
         return CompactionStats(name, before, len(keep), self._clock.monotonic() - started)
 
 
@@ -283,26 +249,16 @@ class _Guard:
         self._log.store.lock.release()
 
 
-class MemoryMember:
-    """A ``GroupMember`` holding a lease in the store (see ``rules``)."""
+class MemoryMember(NamedMember):
+    """A ``GroupMember`` holding a lease in the store (see ``leases``)."""
 
     def __init__(
         self, log: MemoryLog, group: str, topic: str, member_id: str, session_ms: int
     ) -> None:
+        super().__init__(group, topic, member_id)
         self._log = log
-        self.group = group
-        self.topic = topic
-        self._member_id = member_id
-        self._session_ms = session_ms
-        self._token = uuid.uuid4().hex
+        self._claimant = leases.Claimant(member_id, uuid.uuid4().hex, session_ms)
         self._open = True
-
-    def __repr__(self) -> str:
-        return f"MemoryMember({self.group!r}, {self.topic!r}, {self._member_id!r})"
-
-    @property
-    def member_id(self) -> str:
-        return self._member_id
 
     def poll(self) -> int | None:
         store = self._log.store
@@ -310,12 +266,10 @@ class MemoryMember:
             if not self._open:
                 return None
             key = (self.group, self.topic)
-            lease = rules.poll_lease(
+            lease = leases.poll_lease(
                 store.leases.get(key),
+                self._claimant,
                 group_epoch=store.group_epoch(self.group),
-                member_id=self._member_id,
-                token=self._token,
-                session_ms=self._session_ms,
                 now_ms=self._log.now_ms(),
             )
             if lease is None:
@@ -331,8 +285,8 @@ class MemoryMember:
             self._open = False
             key = (self.group, self.topic)
             lease = store.leases.get(key)
-            if lease is not None and lease.token == self._token:
-                store.leases[key] = rules.Lease(None, None, lease.epoch, lease.heartbeat_ms, 0)
+            if lease is not None and lease.token == self._claimant.token:
+                store.leases[key] = leases.Lease(None, None, lease.epoch, lease.heartbeat_ms, 0)
             self._log.forget(self)
 
 

@@ -22,18 +22,10 @@ only once the record is on disk: it survives ``kill -9`` of the writer and, as f
 disk honours fsync, power loss. A batch is one transaction, hence one fsync.
 
 *Groups.* ``offsets`` holds committed offsets (the next offset to consume). ``leases``
-holds one row per (group, topic): owner, the owner's token, epoch, heartbeat and session
-timeout. ``poll`` runs ``rules.poll_lease`` inside one write transaction: renew, take
-over a released or expired lease with epoch = the group's highest + 1, or change nothing.
-A fenced append compares its epoch with the group's current (highest) epoch in its own
-write transaction, so a successor's takeover and a deposed leader's write cannot
-interleave: whichever commits second sees the other.
-
-*Lease time is wall time* (``Clock.wall_ms``), compared across processes. Monotonic time
-is shared by the processes of one boot, but the file outlives the boot: after a reboot a
-stored monotonic heartbeat would look recent, or in the future, and a dead owner's lease
-could last for days. Wall time can step; ``rules.lease_expired`` treats a heartbeat far in
-the future as expired, so a step costs at most one fenced, hence harmless, change of owner.
+holds one row per (group, topic), which ``sqlite_member`` owns. A fenced append compares
+its epoch with the group's current (highest) epoch in its own write transaction, so a
+successor's takeover and a deposed leader's write cannot interleave: whichever commits
+second sees the other.
 
 *Cleanup.* ``compact()`` applies each topic's policy in one write transaction: time
 retention drops the oldest records up to the first young one, size retention drops the
@@ -48,35 +40,38 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pushjobs.clock import Clock, SystemClock
-from pushjobs.errors import FencedError, LogError, UnknownTopic
-from pushjobs.log import rules
+from pushjobs.clock import Clock
+from pushjobs.errors import LogError, UnknownTopic
+from pushjobs.log import checks
 from pushjobs.log.base import (
     DEFAULT_MAX_VALUE_BYTES,
+    Batch,
     CompactionStats,
     Fence,
     GroupInfo,
-    GroupMember,
     ListsGroups,
     OrderedLog,
     Record,
     TopicInfo,
     TopicPolicy,
+    record_bytes,
 )
+from pushjobs.log.compaction import DEFAULT_DELETE_RETENTION_MS, Compaction
+from pushjobs.log.embedded import EmbeddedLog
 from pushjobs.log.sqlite_cleaner import Cleaner
 from pushjobs.log.sqlite_file import MAX_OFFSET, OFFSET_BITS, connect, topic_range, translate
+from pushjobs.log.sqlite_member import SqliteMember, group_epoch
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_S", "SqliteLog", "SqliteMember"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_S", "SqliteLog"]
 
 DEFAULT_BUSY_TIMEOUT_S = 10.0
 
 
-class SqliteLog:
+class SqliteLog(EmbeddedLog[SqliteMember]):
     """An ``OrderedLog`` in one SQLite file; a handle may be shared between threads."""
 
     def __init__(
@@ -87,22 +82,18 @@ class SqliteLog:
         clock: Clock | None = None,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
-        delete_retention_ms: int = rules.DEFAULT_DELETE_RETENTION_MS,
+        delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
         compact_every_appends: int = 0,
     ) -> None:
         """Open (or, if ``create``, create) the log at ``path``."""
+        compaction = Compaction(compact_every_appends, delete_retention_ms)
+        super().__init__(clock, max_value_bytes, compaction)
         self.path = Path(path)
-        self.max_value_bytes = max_value_bytes
-        self.delete_retention_ms = delete_retention_ms
-        self.compact_every_appends = compact_every_appends
-        self._clock: Clock = clock or SystemClock()
         # One connection per handle; the lock keeps threads from interleaving transactions.
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = connect(
             self.path, create=create, busy_timeout_s=busy_timeout_s
         )
-        self._members: list[SqliteMember] = []
-        self._appends: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"SqliteLog({str(self.path)!r})"
@@ -110,8 +101,8 @@ class SqliteLog:
     # Topics.
 
     def create_topic(self, topic: str, policy: TopicPolicy) -> None:
-        rules.check_policy(topic, policy)
-        with self._write(f"creating topic {topic}") as db:
+        checks.check_policy(topic, policy)
+        with self.transaction(f"creating topic {topic}") as db:
             db.execute(
                 "INSERT INTO topics (name, compacted, retention_ms, retention_bytes) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
@@ -140,25 +131,14 @@ class SqliteLog:
 
     # Writing.
 
-    def append(
-        self, topic: str, key: str, value: bytes | None, *, fence: Fence | None = None
-    ) -> int:
-        return self.append_batch(topic, [(key, value)], fence=fence)[0]
-
-    def append_batch(
-        self,
-        topic: str,
-        records: Sequence[tuple[str, bytes | None]],
-        *,
-        fence: Fence | None = None,
-    ) -> list[int]:
-        rules.check_records(topic, records, self.max_value_bytes)
+    def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
+        checks.check_records(topic, records, self.max_value_bytes)
         if not records:
             self.end_offset(topic)  # an unknown topic is still an error
             return []
         count = len(records)
-        size = sum(rules.record_bytes(key, value) for key, value in records)
-        with self._write(f"appending to {topic}") as db:
+        size = sum(record_bytes(key, value) for key, value in records)
+        with self.transaction(f"appending to {topic}") as db:
             row = db.execute(
                 "UPDATE topics SET end_offset = end_offset + ?1, records = records + ?1,"
                 " bytes = bytes + ?2 WHERE name = ?3 RETURNING id, end_offset - ?1",
@@ -169,7 +149,11 @@ class SqliteLog:
             topic_id, first = row
             if first + count - 1 > MAX_OFFSET:
                 raise LogError(f"{topic}: full: offsets past {MAX_OFFSET} do not fit a rowid")
-            epoch = 0 if fence is None else self._check_fence(db, topic, fence)
+            epoch = (
+                0
+                if fence is None
+                else checks.check_epoch(topic, fence, group_epoch(db, fence.group))
+            )
             now_ms = self._clock.wall_ms()
             ids = [topic_range(topic_id)[0] | (first + i) for i in range(count)]
             db.executemany(
@@ -181,7 +165,8 @@ class SqliteLog:
                 " ON CONFLICT (topic_id, key) DO UPDATE SET rid = excluded.rid",
                 [(topic_id, k, rid) for rid, (k, _) in zip(ids, records, strict=True)],
             )
-        self._maybe_compact(topic, count)
+        if self.compaction.due(topic, count):
+            self._compact_topic(topic)
         return [first + i for i in range(count)]
 
     # Reading.
@@ -189,7 +174,7 @@ class SqliteLog:
     def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
         with self._read(f"reading {topic}") as db:
             topic_id, end = self._topic(db, topic)
-            rules.check_read_offset(topic, from_offset, end)
+            checks.check_read_offset(topic, from_offset, end)
             if limit <= 0:
                 return []
             low, high = topic_range(topic_id)
@@ -227,9 +212,9 @@ class SqliteLog:
         return None if row is None else int(row[0])
 
     def commit(self, group: str, topic: str, offset: int) -> None:
-        with self._write(f"committing offset {offset} of group {group!r} on {topic}") as db:
+        with self.transaction(f"committing offset {offset} of group {group!r} on {topic}") as db:
             topic_id, end = self._topic(db, topic)
-            rules.check_commit_offset(topic, offset, end)
+            checks.check_commit_offset(topic, offset, end)
             db.execute(
                 "INSERT INTO offsets (grp, topic_id, next_offset) VALUES (?, ?, ?)"
                 " ON CONFLICT (grp, topic_id) DO UPDATE SET next_offset = excluded.next_offset",
@@ -239,7 +224,7 @@ class SqliteLog:
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> SqliteMember:
-        session_ms = rules.session_ms(session_timeout_s)
+        session_ms = checks.session_ms(session_timeout_s)
         with self._read(f"joining group {group!r} on {topic}") as db:
             topic_id, _ = self._topic(db, topic)
             member = SqliteMember(self, group, (topic, topic_id), member_id, session_ms)
@@ -268,26 +253,18 @@ class SqliteLog:
         with self._lock:
             if self._db is None:
                 return
-            for member in list(self._members):
-                member.close()
+            self._close_members()
             self._db.close()
             self._db = None
 
     # For SqliteMember.
-
-    def now_ms(self) -> int:
-        return self._clock.wall_ms()
-
-    def forget(self, member: SqliteMember) -> None:
-        if member in self._members:
-            self._members.remove(member)
 
     @property
     def is_open(self) -> bool:
         return self._db is not None
 
     @contextlib.contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+    def transaction(self, what: str) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, rolled back on any error."""
         with self._lock, self._translated(what):
             db = self._open_db()
@@ -326,30 +303,9 @@ class SqliteLog:
             raise UnknownTopic(f"unknown topic {topic!r}")
         return int(row[0]), int(row[1])
 
-    def _check_fence(self, db: sqlite3.Connection, topic: str, fence: Fence) -> int:
-        (current,) = db.execute(
-            "SELECT coalesce(max(epoch), 0) FROM leases WHERE grp = ?", (fence.group,)
-        ).fetchone()
-        if fence.epoch != current:
-            raise FencedError(
-                f"{topic}: epoch {fence.epoch} is stale: the current epoch of group "
-                f"{fence.group!r} is {current}"
-            )
-        return fence.epoch
-
-    def _maybe_compact(self, topic: str, count: int) -> None:
-        if self.compact_every_appends <= 0:
-            return
-        done = self._appends.get(topic, 0) + count
-        if done < self.compact_every_appends:
-            self._appends[topic] = done
-            return
-        self._appends[topic] = 0
-        self._compact_topic(topic)
-
     def _compact_topic(self, topic: str) -> CompactionStats:
         started = self._clock.monotonic()
-        with self._write(f"compacting {topic}") as db:
+        with self.transaction(f"compacting {topic}") as db:
             row = db.execute(
                 "SELECT id, compacted, retention_ms, retention_bytes, records FROM topics"
                 " WHERE name = ?",
@@ -369,75 +325,6 @@ class SqliteLog:
         return CompactionStats(topic, before, after, self._clock.monotonic() - started)
 
 
-class SqliteMember:
-    """A ``GroupMember`` holding a lease row (see the module docstring and ``rules``)."""
-
-    def __init__(
-        self, log: SqliteLog, group: str, topic: tuple[str, int], member_id: str, session_ms: int
-    ) -> None:
-        self._log = log
-        self.group = group
-        self.topic, self._topic_id = topic
-        self._member_id = member_id
-        self._session_ms = session_ms
-        self._token = uuid.uuid4().hex
-        self._open = True
-
-    def __repr__(self) -> str:
-        return f"SqliteMember({self.group!r}, {self.topic!r}, {self._member_id!r})"
-
-    @property
-    def member_id(self) -> str:
-        return self._member_id
-
-    def poll(self) -> int | None:
-        if not self._open:
-            return None
-        key = (self.group, self._topic_id)
-        with self._log._write(f"polling group {self.group!r} on {self.topic}") as db:
-            row = db.execute(
-                "SELECT owner, token, epoch, heartbeat_ms, session_ms FROM leases"
-                " WHERE grp = ? AND topic_id = ?",
-                key,
-            ).fetchone()
-            (group_epoch,) = db.execute(
-                "SELECT coalesce(max(epoch), 0) FROM leases WHERE grp = ?", (self.group,)
-            ).fetchone()
-            lease = rules.poll_lease(
-                None if row is None else rules.Lease(*row),
-                group_epoch=group_epoch,
-                member_id=self._member_id,
-                token=self._token,
-                session_ms=self._session_ms,
-                now_ms=self._log.now_ms(),
-            )
-            if lease is None:
-                return None
-            db.execute(
-                "INSERT OR REPLACE INTO leases"
-                " (grp, topic_id, owner, token, epoch, heartbeat_ms, session_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*key, lease.owner, lease.token, lease.epoch, lease.heartbeat_ms, lease.session_ms),
-            )
-            return lease.epoch
-
-    def close(self) -> None:
-        if not self._open:
-            return
-        self._open = False
-        self._log.forget(self)
-        if not self._log.is_open:
-            return
-        # Released at once: the next member's poll takes over without a session timeout.
-        with self._log._write(f"leaving group {self.group!r} on {self.topic}") as db:
-            db.execute(
-                "UPDATE leases SET owner = NULL, token = NULL WHERE grp = ? AND topic_id = ?"
-                " AND token = ?",
-                (self.group, self._topic_id, self._token),
-            )
-
-
 if TYPE_CHECKING:
     _log: type[OrderedLog] = SqliteLog
     _lists: type[ListsGroups] = SqliteLog
-    _member: type[GroupMember] = SqliteMember

@@ -30,8 +30,8 @@ from pushjobs.errors import (
     RecordTooLarge,
     UnknownTopic,
 )
-from pushjobs.log.base import Fence, Record, TopicPolicy
-from pushjobs.log.kafka import KafkaLog, KafkaTimeouts, fold_latest, topic_config
+from pushjobs.log.base import Fence, TopicPolicy
+from pushjobs.log.kafka import KafkaLog, KafkaTimeouts, topic_config
 from tests.log import kafka_support
 from tests.support import wait_until
 
@@ -275,7 +275,7 @@ def test_commits_go_through_the_member_when_the_group_is_live(cluster, klog):
 def test_epochs_rise_with_each_owner_and_old_epochs_are_fenced(cluster, klog):
     klog.create_topic("commands", TopicPolicy(compacted=True))
     klog.create_topic("assignments", TopicPolicy(compacted=True))
-    assert klog.current_epoch("leaders") == 0
+    assert klog.control.current_epoch("leaders") == 0
     first = klog.member("leaders", "commands", "a", session_timeout_s=SESSION_MS / 1000)
     epoch_a = wait_until(first.poll, timeout_s=TAKEOVER_BOUND_S)
     assert first.poll() == epoch_a  # stable while owned
@@ -309,7 +309,7 @@ def test_write_that_lands_after_a_successor_claim_is_reported_fenced(cluster, kl
         def successor_claims_mid_write(topic, records, epoch):
             offsets = produce(topic, records, epoch)
             monkeypatch.setattr(klog._writer, "produce", produce)
-            klog.claim("leaders", "successor", generation=-1)
+            klog.control.claim("leaders", "successor", generation=-1)
             return offsets
 
         monkeypatch.setattr(klog._writer, "produce", successor_claims_mid_write)
@@ -320,23 +320,6 @@ def test_write_that_lands_after_a_successor_claim_is_reported_fenced(cluster, kl
         assert member.poll() > epoch
     finally:
         member.close()
-
-
-def test_fold_ignores_late_writes_of_deposed_leaders():
-    def rec(offset, key, value, epoch):
-        return Record("t", offset, key, value, 0, epoch)
-
-    folded = fold_latest(
-        [
-            rec(0, "job:1", b"v1", 3),
-            rec(1, "job:2", b"v1", 0),
-            rec(2, "job:1", b"v2", 5),
-            rec(3, "job:1", b"late", 3),  # written by epoch 3 after epoch 5 wrote
-            rec(4, "job:3", b"late", 4),
-            rec(5, "job:2", None, 0),  # unfenced writers are never dropped
-        ]
-    )
-    assert {k: (r.value, r.epoch) for k, r in folded.items()} == {"job:1": (b"v2", 5)}
 
 
 def test_compact_reports_without_changing_anything(klog):

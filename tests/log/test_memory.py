@@ -1,11 +1,11 @@
-"""The memory backend: no I/O, and handles that share one store."""
+"""The memory backend and the pure modules: no I/O, and handles that share one store."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from pushjobs.log import memory, rules
+from pushjobs.log import checks, compaction, fold, leases, memory
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.memory import MemoryLog
 
@@ -22,9 +22,10 @@ def _imports(path):
     return names
 
 
-def test_memory_and_rules_import_no_io():
+def test_memory_and_the_pure_modules_import_no_io():
     assert not _imports(memory.__file__) & IO_MODULES
-    assert not _imports(rules.__file__) & (IO_MODULES | {"threading"})
+    for pure in (checks, compaction, fold, leases):
+        assert not _imports(pure.__file__) & (IO_MODULES | {"threading"}), pure.__name__
 
 
 def test_each_log_has_its_own_store_unless_given_one():

@@ -1,20 +1,8 @@
-"""The lease rules and argument checks the embedded backends share (pure, one test per rule)."""
+"""The lease rules the embedded backends share (pure, one test per rule)."""
 
 from __future__ import annotations
 
-import pytest
-
-from pushjobs.errors import LogError, RecordTooLarge
-from pushjobs.log.base import Record, TopicPolicy
-from pushjobs.log.rules import (
-    Lease,
-    check_policy,
-    check_records,
-    fold,
-    lease_expired,
-    poll_lease,
-    session_ms,
-)
+from pushjobs.log.leases import Claimant, Lease, lease_expired, poll_lease
 
 NOW = 1_000_000
 
@@ -24,9 +12,7 @@ def lease(owner="a", token="t-a", epoch=3, heartbeat_ms=NOW, session=1000):
 
 
 def poll(current, token="t-b", member="b", group_epoch=3, now=NOW):
-    return poll_lease(
-        current, group_epoch=group_epoch, member_id=member, token=token, session_ms=500, now_ms=now
-    )
+    return poll_lease(current, Claimant(member, token, 500), group_epoch=group_epoch, now_ms=now)
 
 
 def test_a_lease_expires_after_its_owners_session_timeout():
@@ -67,35 +53,3 @@ def test_another_member_takes_an_expired_lease_with_a_new_epoch():
 
 def test_the_same_member_id_with_another_token_is_another_owner():
     assert poll(lease(owner="b", token="old"), member="b") is None
-
-
-def test_session_timeouts_must_be_positive():
-    assert session_ms(0.0004) == 1
-    assert session_ms(1.5) == 1500
-    for bad in (0, -1.0, float("nan")):
-        with pytest.raises(LogError):
-            session_ms(bad)
-
-
-def test_record_checks():
-    check_records("t", [("k", b"1234"), ("k", None)], 4)
-    with pytest.raises(RecordTooLarge, match="5 bytes"):
-        check_records("t", [("k", b"12345")], 4)
-    with pytest.raises(LogError, match="key must be a str"):
-        check_records("t", [(b"k", b"v")], 4)
-    with pytest.raises(LogError, match="bytes or None"):
-        check_records("t", [("k", "text")], 4)
-
-
-def test_policy_checks():
-    check_policy("t", TopicPolicy(retention_ms=0, retention_bytes=0))
-    with pytest.raises(LogError, match="retention_bytes"):
-        check_policy("t", TopicPolicy(retention_bytes=-1))
-
-
-def test_fold_keeps_the_latest_value_per_key():
-    recs = [
-        Record("t", i, k, v, 0)
-        for i, (k, v) in enumerate([("a", b"1"), ("a", None), ("b", b"2"), ("b", b"3")])
-    ]
-    assert {k: r.offset for k, r in fold(recs).items()} == {"b": 3}

@@ -1,0 +1,56 @@
+"""What a handle of an embedded backend (memory, sqlite) keeps besides the data: its
+settings, the clock, and the group members it opened.
+
+The two backends differ only in where the data lives (a ``MemoryStore``, a file); both
+build on ``EmbeddedLog`` so they read settings, count appends and close members alike.
+
+Killed at any line. Nothing here is durable: a killed handle's members stop polling and
+their leases lapse after their session timeout (see ``leases``), and the compaction
+count of the restarted handle starts from zero (see ``compaction``).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Protocol, TypeVar
+
+from pushjobs.clock import Clock, SystemClock
+from pushjobs.log.base import AppendByBatch
+from pushjobs.log.compaction import Compaction
+
+
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+
+M = TypeVar("M", bound=_Closes)
+
+
+class EmbeddedLog(AppendByBatch, Generic[M]):
+    """The settings and members of one embedded handle; the backend owns the locking."""
+
+    def __init__(self, clock: Clock | None, max_value_bytes: int, compaction: Compaction) -> None:
+        self.max_value_bytes = max_value_bytes
+        self.compaction = compaction
+        self._clock: Clock = clock or SystemClock()
+        self._members: list[M] = []
+
+    @property
+    def delete_retention_ms(self) -> int:
+        return self.compaction.delete_retention_ms
+
+    @property
+    def compact_every_appends(self) -> int:
+        return self.compaction.every_appends
+
+    # For the members, which take their lease times from their handle's clock.
+
+    def now_ms(self) -> int:
+        return self._clock.wall_ms()
+
+    def forget(self, member: M) -> None:
+        if member in self._members:
+            self._members.remove(member)
+
+    def _close_members(self) -> None:
+        for member in list(self._members):
+            member.close()

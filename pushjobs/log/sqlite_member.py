@@ -1,0 +1,100 @@
+"""A consumer-group member of the sqlite log: one row of the ``leases`` table (see ``sqlite``).
+
+Theory of operation. ``leases`` holds one row per (group, topic): owner, the owner's
+token, epoch, heartbeat and session timeout. ``poll`` runs ``leases.poll_lease`` inside
+one write transaction of the member's log handle: renew, take over a released or expired
+lease with epoch = the group's highest + 1 (``group_epoch``), or change nothing.
+``close`` releases the row at once, so the next member's poll takes over without waiting
+for a session timeout.
+
+*Lease time is wall time* (``Clock.wall_ms``), compared across processes. Monotonic time
+is shared by the processes of one boot, but the file outlives the boot: after a reboot a
+stored monotonic heartbeat would look recent, or in the future, and a dead owner's lease
+could last for days. Wall time can step; ``leases.lease_expired`` treats a heartbeat far
+in the future as expired, so a step costs at most one fenced, hence harmless, change of
+owner.
+
+*Killed at any line.* Every change is one transaction, so the row is as before or after
+it. A killed owner's row stays until its session timeout has passed, then the next poll
+of another member takes it with a higher epoch. A restarted process is a new member (a
+new token) even under the same member id: it gets a new epoch, never its old one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import TYPE_CHECKING
+
+from pushjobs.log import leases
+from pushjobs.log.base import NamedMember
+
+if TYPE_CHECKING:
+    from pushjobs.log.base import GroupMember
+    from pushjobs.log.sqlite import SqliteLog
+
+
+def group_epoch(db: sqlite3.Connection, group: str) -> int:
+    """The group's current epoch: the highest any of its leases ever had (0: none)."""
+    (epoch,) = db.execute(
+        "SELECT coalesce(max(epoch), 0) FROM leases WHERE grp = ?", (group,)
+    ).fetchone()
+    return int(epoch)
+
+
+class SqliteMember(NamedMember):
+    """A ``GroupMember`` holding a lease row (see the module docstring and ``leases``)."""
+
+    def __init__(
+        self, log: SqliteLog, group: str, topic: tuple[str, int], member_id: str, session_ms: int
+    ) -> None:
+        super().__init__(group, topic[0], member_id)
+        self._log = log
+        self._topic_id = topic[1]
+        self._claimant = leases.Claimant(member_id, uuid.uuid4().hex, session_ms)
+        self._open = True
+
+    def poll(self) -> int | None:
+        if not self._open:
+            return None
+        key = (self.group, self._topic_id)
+        with self._log.transaction(f"polling group {self.group!r} on {self.topic}") as db:
+            row = db.execute(
+                "SELECT owner, token, epoch, heartbeat_ms, session_ms FROM leases"
+                " WHERE grp = ? AND topic_id = ?",
+                key,
+            ).fetchone()
+            lease = leases.poll_lease(
+                None if row is None else leases.Lease(*row),
+                self._claimant,
+                group_epoch=group_epoch(db, self.group),
+                now_ms=self._log.now_ms(),
+            )
+            if lease is None:
+                return None
+            db.execute(
+                "INSERT OR REPLACE INTO leases"
+                " (grp, topic_id, owner, token, epoch, heartbeat_ms, session_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*key, lease.owner, lease.token, lease.epoch, lease.heartbeat_ms, lease.session_ms),
+            )
+            return lease.epoch
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        self._log.forget(self)
+        if not self._log.is_open:
+            return
+        # Released at once: the next member's poll takes over without a session timeout.
+        with self._log.transaction(f"leaving group {self.group!r} on {self.topic}") as db:
+            db.execute(
+                "UPDATE leases SET owner = NULL, token = NULL WHERE grp = ? AND topic_id = ?"
+                " AND token = ?",
+                (self.group, self._topic_id, self._claimant.token),
+            )
+
+
+if TYPE_CHECKING:
+    _member: type[GroupMember] = SqliteMember
