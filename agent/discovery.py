@@ -7,7 +7,9 @@ be signed by that same server key. Each attempt gets a fresh socket, closed afte
 a DEALER whose peer is dead would otherwise keep the request queued forever.
 
 Between attempts the daemon waits as tenacity's random exponential backoff says
-(``backoff_s``), trying every configured server in turn.
+(``backoff_s``), trying every configured server in turn; ``agent.rediscovery`` decides
+when. Killed mid-attempt, nothing is lost: the socket dies with the process, and the
+restarted agent asks again as a new incarnation.
 """
 
 from __future__ import annotations
@@ -17,22 +19,15 @@ import time
 
 import zmq
 
-from keys.fingerprint import key_id
+from agent.trust import trust_server
 from keys.identity import PrivateIdentity, PublicIdentity, b64
-from pushjobs.errors import UnknownKey
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
-from pushjobs.protocol.signing import Verifier, ed25519_verifier
 from pushjobs.transport.sockets import CurveKeys, Transport
 
 REPLY_LIMITS = Limits(max_header_bytes=2048, max_body_bytes=1024 * 1024)
-
-
-def server_resolver(server: PublicIdentity) -> tuple[str, Verifier]:
-    """The server's key id and verifier (bound to its name): all an agent ever trusts."""
-    return key_id(server.ed25519_public), ed25519_verifier(server.ed25519_public, owner=server.name)
 
 
 def backoff_s(attempt: int, minimum_s: float, maximum_s: float) -> float:
@@ -60,14 +55,11 @@ class Discovery:
         self.identity = identity
         self.server = server
         self.outbox = outbox
-        server_kid, verifier = server_resolver(server)
-
-        def resolve(method: str, key_id: str) -> Verifier:
-            if key_id != server_kid:
-                raise UnknownKey(f"config reply signed by an unknown key {key_id[:32]!r}")
-            return verifier
-
-        self.inbox = Inbox(resolve, max_skew_s, REPLY_LIMITS)
+        self.inbox = Inbox(
+            trust_server(server, "config reply signed by an unknown key {!r}"),
+            max_skew_s,
+            REPLY_LIMITS,
+        )
 
     def attempt(
         self,

@@ -2,7 +2,8 @@
 
 An agent and the fleet simulator hold the same pair: a SUB to the server's heartbeats and
 a PUSH (a CurveZMQ client) for heartbeats and replies. A new config moves a link only if
-its endpoint changed, so a rediscovery does not drop what is queued.
+its endpoint changed, so a rediscovery does not drop what is queued. Killed at any line,
+the sockets close with the process; a restarted node opens them from its next config.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ command line. Captured text is restricted to a safe alphabet before it can reach
 shell-free argv, so a request like ``restart-x;rm -rf /`` matches nothing. The file is
 read whole and validated (every regex compiles, every placeholder is a group of its
 pattern); a bad file is refused with an error naming the key, and the previous whitelist
-stays in force (the daemon decides when to reload).
+stays in force (``agent.whitelist_file`` decides when to reload).
 """
 
 from __future__ import annotations

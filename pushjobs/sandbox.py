@@ -16,14 +16,10 @@ stderr in ``logs/``; ``stop()`` ends each by PID (SIGTERM, then SIGKILL) and wai
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +28,11 @@ from keys import files
 from keys.identity import PrivateIdentity, generate
 from keys.registry import KeyRegistry
 from keys.states import KeyState
-from pushjobs.errors import PushJobsError
+from pushjobs.childproc import Proc, SandboxError, await_ready, spawn, stop_all
+from pushjobs.simkeys import SimKeys
+from pushjobs.tomlwrite import toml_text
+
+__all__ = ["DEFAULT_WHITELIST", "Proc", "Sandbox", "SandboxError", "free_port", "toml_text"]
 
 DEFAULT_WHITELIST = {
     "hello": "sh -c 'echo hello from $PUSHJOBS_NODE, job $PUSHJOBS_JOB_ID'",
@@ -43,87 +43,10 @@ DEFAULT_WHITELIST = {
 }
 
 
-class SandboxError(PushJobsError):
-    """A sandbox process did not start or misbehaved."""
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{escaped}"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def toml_text(tables: Mapping[str, Mapping[str, object]]) -> str:
-    lines: list[str] = []
-    for name, table in tables.items():
-        lines.append(f"[{name}]")
-        lines += [f"{_toml_quote_key(k)} = {_toml_value(v)}" for k, v in table.items()]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _toml_quote_key(key: str) -> str:
-    if key.replace("-", "").replace("_", "").isalnum():
-        return key
-    return _toml_value(key)
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    ready_line: str = ""
-    rest: bytes = b""  # stdout read past the ready line
-
-    def read_line(self, timeout_s: float) -> str:
-        """The next stdout line, waiting at most ``timeout_s``; SandboxError if none."""
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.rest:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SandboxError(f"{self.name}: no output line within {timeout_s:g} s")
-            readable, _, _ = select.select([fd], [], [], min(remaining, 0.1))
-            if readable:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise SandboxError(f"{self.name} closed its output:\n{self.log_text()[-2000:]}")
-                self.rest += chunk
-        line, self.rest = self.rest.split(b"\n", 1)
-        return line.decode(errors="replace")
-
-    def send_line(self, text: str) -> None:
-        assert self.popen.stdin is not None, "started without a stdin pipe"
-        self.popen.stdin.write(text.encode() + b"\n")
-        self.popen.stdin.flush()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -257,14 +180,14 @@ class Sandbox:
         return env
 
     def start_server(self, *, timeout_s: float = 20.0) -> Proc:
-        argv = [sys.executable, "-m", "server.daemon", "--config", str(self.server_config_path)]
+        argv = [sys.executable, "-m", "server.main", "--config", str(self.server_config_path)]
         return self._start("server", argv, "pushjobs-server", timeout_s)
 
     def start_agent(self, name: str, *, timeout_s: float = 20.0) -> Proc:
         argv = [
             sys.executable,
             "-m",
-            "agent.daemon",
+            "agent.main",
             "--config",
             str(self.root / "agents" / f"{name}.toml"),
         ]
@@ -274,7 +197,7 @@ class Sandbox:
         names = list(self.nodes if names is None else names)
         started = [(n, self._spawn(n, self._agent_argv(n))) for n in names]
         for name, proc in started:
-            self._await_ready(proc, "pushjobs-agent", timeout_s)
+            await_ready(proc, "pushjobs-agent", timeout_s)
             self.procs[name] = proc
 
     def start_simulator(
@@ -292,8 +215,6 @@ class Sandbox:
         Its stdin is a pipe: ``Proc.send_line`` controls it, ``Proc.read_line`` reads its
         answers.
         """
-        from agent.simkeys import SimKeys
-
         if enroll:
             KeyRegistry(self.registry_path).add_many(
                 SimKeys().publics(first, nodes), state=KeyState.ACCEPTED
@@ -316,17 +237,17 @@ class Sandbox:
         ]
         proc = self._spawn(name, argv, stdin=True)
         self.procs[name] = proc
-        self._await_ready(proc, "pushjobs-simulate", timeout_s)
+        await_ready(proc, "pushjobs-simulate", timeout_s)
         return proc
 
     def _agent_argv(self, name: str) -> list[str]:
         config = str(self.root / "agents" / f"{name}.toml")
-        return [sys.executable, "-m", "agent.daemon", "--config", config]
+        return [sys.executable, "-m", "agent.main", "--config", config]
 
     def _start(self, name: str, argv: list[str], marker: str, timeout_s: float) -> Proc:
         proc = self._spawn(name, argv)
         self.procs[name] = proc
-        self._await_ready(proc, marker, timeout_s)
+        await_ready(proc, marker, timeout_s)
         return proc
 
     def _spawn(self, name: str, argv: list[str], *, stdin: bool = False) -> Proc:
@@ -337,74 +258,15 @@ class Sandbox:
             if old.popen.stdout is not None:
                 old.popen.stdout.close()
         log_path = self.root / "logs" / f"{name}.log"
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                env=self.env(),
-                cwd=self.root,
-            )
-        return Proc(name, popen, log_path)
-
-    def _await_ready(self, proc: Proc, marker: str, timeout_s: float) -> None:
-        assert proc.popen.stdout is not None
-        fd = proc.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        buffer = b""
-        while b"\n" not in buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or proc.popen.poll() is not None:
-                self._kill(proc)
-                raise SandboxError(
-                    f"{proc.name} did not become ready within {timeout_s:g} s "
-                    f"(exit {proc.popen.returncode}); its log:\n{proc.log_text()[-3000:]}"
-                )
-            readable, _, _ = select.select([fd], [], [], min(remaining, 0.1))
-            if readable:
-                chunk = os.read(fd, 4096)
-                if not chunk and proc.popen.poll() is None:
-                    continue
-                buffer += chunk
-        first, proc.rest = buffer.split(b"\n", 1)
-        line = first.decode(errors="replace")
-        if not line.startswith(marker):
-            self._kill(proc)
-            raise SandboxError(f"{proc.name}: unexpected first line {line!r}")
-        proc.ready_line = line
+        return spawn(name, argv, log_path, env=self.env(), cwd=self.root, stdin=stdin)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Signal one process and wait for it to end."""
-        proc = self.procs[name]
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        proc.popen.wait(timeout=20)
-
-    def _kill(self, proc: Proc) -> None:
-        if proc.popen.poll() is None:
-            proc.popen.kill()
-        proc.popen.wait(timeout=20)
-        if proc.popen.stdout is not None:
-            proc.popen.stdout.close()
+        self.procs[name].signal(sig)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """End every process this sandbox started: SIGTERM, then SIGKILL; wait for each."""
-        for proc in self.procs.values():
-            if proc.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.popen.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for proc in self.procs.values():
-            try:
-                proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.popen.kill()
-                proc.popen.wait(timeout=20)
-            for stream in (proc.popen.stdout, proc.popen.stdin):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
+        stop_all(self.procs.values(), timeout_s)
 
     def __enter__(self) -> Sandbox:
         return self

@@ -77,7 +77,7 @@ def channel(tmp_path: Path) -> Iterator[Channel]:
     server = sandbox.identities["server"]
     agent = Agent(load_config(AgentConfig, tmp_path / "agents" / "node-1.toml"), out=io.StringIO())
     unbound = f"tcp://127.0.0.1:{free_port()}"  # replies queue; nothing needs to read them
-    agent._apply(
+    agent.apply_config(
         m.NodeConfig(
             server_id=server.name,
             server_incarnation="srv-inc-1",
@@ -96,22 +96,22 @@ def channel(tmp_path: Path) -> Iterator[Channel]:
         ),
         sandbox.api,
     )
-    agent.queued.clear()  # whatever discovery queued is not under test
+    agent.outbound.queued.clear()  # whatever discovery queued is not under test
     with Transport() as transport:
         try:
             yield Channel(agent, server, transport)
         finally:
-            agent._shutdown()
+            agent.shutdown()
 
 
 def replies(agent: Agent) -> list[tuple[str, str]]:
-    return [(cls.TYPE, fields["job_id"]) for cls, fields in agent.queued]
+    return [(cls.TYPE, fields["job_id"]) for cls, fields in agent.outbound.queued]
 
 
 def test_a_command_signed_with_the_session_key_is_obeyed(channel: Channel) -> None:
     channel.deliver(commit(session_outbox(channel.server), "job-1"))
     assert replies(channel.agent) == [("ack_commit", "job-1")]
-    assert channel.agent.cmd_inbox.dropped == 0
+    assert channel.agent.intake.inbox.dropped == 0
 
 
 def test_a_command_signed_with_the_server_identity_key_is_obeyed(channel: Channel) -> None:
@@ -126,11 +126,11 @@ def test_replayed_command_frames_are_dropped(channel: Channel) -> None:
     frames = commit(outbox, "job-1")
     channel.deliver(frames)
     channel.deliver(frames)  # captured on the wire, sent again verbatim
-    assert channel.agent.cmd_inbox.drops["replay"] == 1
+    assert channel.agent.intake.inbox.drops["replay"] == 1
     # An older sequence re-signed is no better than the same frames.
     outbox.sequence = 5
     channel.deliver(outbox.frames(m.Abort, now_ms(), node="node-1", job_id="job-1"))
-    assert channel.agent.cmd_inbox.drops["replay"] == 2
+    assert channel.agent.intake.inbox.drops["replay"] == 2
     assert replies(channel.agent) == [("ack_commit", "job-1")]
     assert channel.agent.runner.job_id == "job-1"  # the abort did not land
 
@@ -142,7 +142,7 @@ def test_a_retired_server_incarnation_cannot_come_back(channel: Channel) -> None
     stale = session_outbox(channel.server, "srv-inc-1")
     stale.sequence = 1000
     channel.deliver(commit(stale, "job-2"))
-    assert channel.agent.cmd_inbox.drops["replay"] == 1
+    assert channel.agent.intake.inbox.drops["replay"] == 1
     assert ("ack_commit", "job-2") not in replies(channel.agent)
 
 
@@ -150,24 +150,24 @@ def test_commands_from_a_wrong_server_key_are_dropped(channel: Channel) -> None:
     impostor = generate("server", "server")
     # Its own key id: a key this agent never trusted.
     channel.deliver(commit(ed25519_outbox(impostor, channel.server.name, "x"), "job-1"))
-    assert channel.agent.cmd_inbox.drops["unknown_key"] == 1
+    assert channel.agent.intake.inbox.drops["unknown_key"] == 1
     # The real server's key id in the header, the impostor's signature under it.
     forged = commit(ed25519_outbox(impostor, channel.server.name, "x"), "job-2")
     forged[0] = f"PJ1 ed25519 {key_id(channel.server.public.ed25519_public)}".encode()
     channel.deliver(forged)
-    assert channel.agent.cmd_inbox.drops["signature"] == 1
+    assert channel.agent.intake.inbox.drops["signature"] == 1
     # A session key this node was never given.
     other_session = Outbox(
         channel.server.name, "x", HmacSigner("sess-9999", secrets.token_bytes(32))
     )
     channel.deliver(commit(other_session, "job-3"))
-    assert channel.agent.cmd_inbox.drops["unknown_key"] == 2
+    assert channel.agent.intake.inbox.drops["unknown_key"] == 2
     # The right key id with the wrong secret.
     wrong_secret = Outbox(
         channel.server.name, "x", HmacSigner(SESSION_KID, secrets.token_bytes(32))
     )
     channel.deliver(commit(wrong_secret, "job-4"))
-    assert channel.agent.cmd_inbox.drops["signature"] == 2
+    assert channel.agent.intake.inbox.drops["signature"] == 2
     assert replies(channel.agent) == []
     assert channel.agent.runner.job_id is None
     # Still serving: the real server's next command is obeyed.
@@ -177,7 +177,7 @@ def test_commands_from_a_wrong_server_key_are_dropped(channel: Channel) -> None:
 
 def test_a_valid_command_for_another_node_is_dropped(channel: Channel) -> None:
     channel.deliver(commit(session_outbox(channel.server), "job-1", node="node-2"))
-    assert channel.agent.cmd_inbox.drops["other_node"] == 1
+    assert channel.agent.intake.inbox.drops["other_node"] == 1
     assert replies(channel.agent) == []
 
 

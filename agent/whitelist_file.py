@@ -1,0 +1,58 @@
+"""The whitelist in force: loaded from its file, reloaded when the file changes or on SIGHUP.
+
+``refresh`` is cheap (one ``stat``) and runs every turn of the agent's loop: a changed
+mtime or size reloads the file; ``force`` (SIGHUP) reloads it regardless. A file that no
+longer parses is refused with an error and the previous whitelist stays in force; a
+missing file means an empty whitelist (every command refused), logged once.
+
+Killed at any line: nothing is written, so nothing is lost; the restarted agent loads the
+file as it is then.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from agent import whitelist as wl
+from pushjobs.errors import ConfigError
+
+log = logging.getLogger("pushjobs.agent")
+
+
+class WhitelistFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.current = wl.Whitelist()
+        self._stamp: tuple[int, int] | None = None
+        self.refresh(quiet_missing=False)
+
+    def resolve(self, requested: str) -> list[str] | None:
+        """The argv for ``requested`` under the whitelist in force, or None."""
+        return self.current.resolve(requested)
+
+    def allows(self, requested: str) -> bool:
+        return self.current.resolve(requested) is not None
+
+    def refresh(self, *, quiet_missing: bool = True, force: bool = False) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._stamp is not None or not quiet_missing:
+                log.warning("no whitelist at %s: every command is refused", self.path)
+            self.current, self._stamp = wl.Whitelist(), None
+            return
+        except OSError as exc:
+            log.error("cannot read the whitelist %s: %s", self.path, exc)
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp and not force:
+            return
+        self._stamp = stamp
+        try:
+            self.current = wl.load(self.path)
+        except ConfigError as exc:
+            log.error("whitelist not reloaded, keeping the previous one: %s", exc)
+            return
+        log.info("whitelist loaded: %s", ", ".join(self.current.names()) or "(empty)")
