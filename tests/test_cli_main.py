@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from pushjobs import __version__
+from pushjobs.cli.exitcodes import for_error
+from pushjobs.errors import KeyFileError
 
 
 def pushjobs(*args: str, env_home: Path) -> subprocess.CompletedProcess[str]:
@@ -85,3 +87,12 @@ def test_simulate_rejects_impossible_rates(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert "fail_rate + crash_rate must not exceed 1" in result.stderr
+
+
+def test_simulate_refuses_a_missing_server_key_with_the_clis_exit_code(tmp_path):
+    result = pushjobs(
+        "simulate", "run", "--api", "tcp://127.0.0.1:1", "--server-key",
+        str(tmp_path / "missing.pub"), "-n", "1", env_home=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == int(for_error(KeyFileError("missing")))
+    assert "missing.pub" in result.stderr and "Traceback" not in result.stderr

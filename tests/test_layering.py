@@ -1,4 +1,11 @@
-"""The protocol core is pure: it imports no socket, database, clock or thread module."""
+"""Layering: imports go down the layers of the design, and the pure parts import no I/O.
+
+- the shared toolkit (``pushjobs/``) and ``keys/`` import neither daemon package: the CLI
+  and the sandbox must not depend on the daemons they sit beside;
+- the server and the agent do not import each other;
+- the protocol core and the state machines (job, coordinator, node table, agent runner)
+  import no socket, database, clock or thread module.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,29 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = {"zmq", "sqlite3", "time", "threading", "socket", "asyncio", "subprocess"}
 PURE_DIRS = [ROOT / "pushjobs" / "protocol"]
+PURE_MODULES = [
+    ROOT / "pushjobs" / "states.py",
+    ROOT / "pushjobs" / "quorum.py",
+    ROOT / "server" / "transitions.py",
+    ROOT / "server" / "effects.py",
+    ROOT / "server" / "job.py",
+    ROOT / "server" / "snapshot.py",
+    ROOT / "server" / "coordinator.py",
+    ROOT / "server" / "nodes.py",
+    ROOT / "server" / "watches.py",
+    ROOT / "agent" / "runner.py",
+]
+# Package -> top-level packages of this project it must never import.
+NEVER = {
+    "pushjobs": {"server", "agent"},
+    "keys": {"server", "agent"},
+    "server": {"agent"},
+    "agent": {"server"},
+}
 
 
 def _imports(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, at any depth (lazy imports too)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -24,7 +51,31 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-PURE_FILES = sorted(p for d in PURE_DIRS for p in d.rglob("*.py"))
+def _violations(root: Path) -> list[str]:
+    found = []
+    for package, forbidden in NEVER.items():
+        for path in sorted((root / package).rglob("*.py")):
+            for name in sorted(_imports(path) & forbidden):
+                found.append(f"{path.relative_to(root)} imports {name}")
+    return found
+
+
+PURE_FILES = sorted(p for d in PURE_DIRS for p in d.rglob("*.py")) + PURE_MODULES
+
+
+def test_imports_go_down_the_layers_only():
+    assert _violations(ROOT) == []
+
+
+def test_the_layering_check_catches_an_upward_import(tmp_path):
+    for package in NEVER:
+        (tmp_path / package).mkdir()
+    (tmp_path / "pushjobs" / "ok.py").write_text("from pushjobs.states import JobState\n")
+    (tmp_path / "pushjobs" / "cli.py").write_text(
+        "def f():\n    from server.job import Job\n    return Job\n"
+    )
+    (tmp_path / "agent" / "x.py").write_text("import server.daemon\n")
+    assert _violations(tmp_path) == ["pushjobs/cli.py imports server", "agent/x.py imports server"]
 
 
 @pytest.mark.parametrize("path", PURE_FILES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -7,8 +7,8 @@ Both derive the keys from the same ``--seed`` and ``--prefix``, so nothing is st
 
 from __future__ import annotations
 
-import logging
-import signal
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,9 +16,8 @@ from typing import Annotated
 
 import typer
 
-from pushjobs import collector, paths
-from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.render import error, handle_errors, print_json
+from pushjobs import paths
+from pushjobs.cli.render import handle_errors, print_json
 
 app = typer.Typer(
     help="A simulated fleet: many nodes speaking the real protocol from one process.",
@@ -70,9 +69,9 @@ def enroll(
 
     Example: pushjobs simulate enroll --nodes 10000 --registry /srv/pushjobs/registry.json
     """
-    from agent.simkeys import SimKeys
     from keys.registry import KeyRegistry
     from keys.states import KeyState
+    from pushjobs.simkeys import SimKeys
 
     started = time.monotonic()
     reg = KeyRegistry(registry or paths.registry_path())
@@ -157,43 +156,29 @@ def run(
     Example: pushjobs simulate enroll --nodes 1000 && \\
     pushjobs simulate run --api tcp://127.0.0.1:4650 --server-key keys/server.pub -n 1000
     """
-    from agent.simnode import Behaviour
-    from agent.simulator import SimSettings, Simulator
-    from keys import files
-
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s pushjobs-simulate: %(message)s",
-        stream=sys.stderr,
-    )
-    behaviour = Behaviour(commit_delay, run_delay, fail_rate, nack_rate, crash_rate)
-    problems = behaviour.problems()
-    if problems:
-        error("; ".join(problems))
-        raise typer.Exit(int(Exit.USAGE))
-    settings = SimSettings(
-        api=api,
-        server=files.load_public(server_key),
-        nodes=nodes,
-        first=first,
-        prefix=prefix,
-        seed=seed,
-        bind=bind,
-        behaviour=behaviour,
-        window=window,
-        splay_s=splay,
-        duration_s=duration,
-        rng_seed=rng_seed,
-    )
-    collector.tune()  # 25,000 nodes per process: the same long-lived heap as a server's
-    sim = Simulator(settings)
-
-    def stop(signum: int, frame: object) -> None:
-        sim.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        sim.run(stdin_fd=None if sys.stdin.isatty() else sys.stdin.fileno())
-    finally:
-        sim.close()
+    settings = {
+        "api": api,
+        "server_key": str(server_key.resolve()),
+        "nodes": nodes,
+        "first": first,
+        "prefix": prefix,
+        "seed": seed,
+        "bind": bind,
+        "behaviour": {
+            "commit_delay_s": commit_delay,
+            "run_delay_s": run_delay,
+            "fail_rate": fail_rate,
+            "nack_rate": nack_rate,
+            "crash_rate": crash_rate,
+        },
+        "window": window,
+        "splay_s": splay,
+        "duration_s": duration,
+        "rng_seed": rng_seed,
+        "verbose": verbose,
+    }
+    # The simulator is a fleet-side program: this process becomes it (same pid, stdin,
+    # stdout and signals), and the toolkit does not import the agent package.
+    sys.stdout.flush()
+    argv = [sys.executable, "-m", "agent.simmain", json.dumps(settings)]
+    os.execv(sys.executable, argv)
