@@ -23,6 +23,17 @@ def join(store: MemoryStore, clock: FakeClock, member: str) -> tuple[Leadership,
     return leadership, stood_by
 
 
+def succeeded_by_b() -> tuple[FakeClock, Leadership, list[str]]:
+    """``a`` led, went silent past its session, and ``b`` took over; ``a`` has not noticed."""
+    clock, store = FakeClock(), MemoryStore()
+    a, a_stood_by = join(store, clock, "a")
+    b, _ = join(store, clock, "b")
+    a.renew(clock.monotonic())
+    clock.advance(SESSION_S + 1)
+    assert b.renew(clock.monotonic()) is Lease.TOOK_OVER
+    return clock, a, a_stood_by
+
+
 def test_the_first_member_takes_over_then_holds_and_renews_a_third_of_a_session_later() -> None:
     clock = FakeClock()
     a, _ = join(MemoryStore(), clock, "a")
@@ -45,12 +56,7 @@ def test_a_second_member_stands_by_while_the_lease_is_held_and_takes_over_when_i
 
 
 def test_a_deposed_leaders_write_is_fenced_it_stands_by_and_the_caller_hears_not_leader() -> None:
-    clock, store = FakeClock(), MemoryStore()
-    a, a_stood_by = join(store, clock, "a")
-    b, _ = join(store, clock, "b")
-    a.renew(clock.monotonic())
-    clock.advance(SESSION_S + 1)
-    b.renew(clock.monotonic())
+    clock, a, a_stood_by = succeeded_by_b()
     topic = "pushjobs.assignments"
     with pytest.raises(ApiError) as raised:
         a.append(topic, [("k", b"late")])
@@ -69,12 +75,7 @@ def test_standing_by_refuses_decisions_but_writes_node_events() -> None:
 
 
 def test_losing_the_lease_is_reported_once_and_stands_by() -> None:
-    clock, store = FakeClock(), MemoryStore()
-    a, a_stood_by = join(store, clock, "a")
-    b, _ = join(store, clock, "b")
-    a.renew(clock.monotonic())
-    clock.advance(SESSION_S + 1)
-    b.renew(clock.monotonic())
+    clock, a, a_stood_by = succeeded_by_b()
     assert a.renew(clock.monotonic()) is Lease.DEPOSED
     assert a_stood_by == ["a"]
     assert a.renew(clock.monotonic()) is Lease.STANDING_BY
