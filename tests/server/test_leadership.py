@@ -56,7 +56,7 @@ def test_a_second_member_stands_by_while_the_lease_is_held_and_takes_over_when_i
 
 
 def test_a_deposed_leaders_write_is_fenced_it_stands_by_and_the_caller_hears_not_leader() -> None:
-    clock, a, a_stood_by = succeeded_by_b()
+    _clock, a, a_stood_by = succeeded_by_b()
     topic = "pushjobs.assignments"
     with pytest.raises(ApiError) as raised:
         a.append(topic, [("k", b"late")])
