@@ -6,13 +6,15 @@ advertised endpoint under the node's CurveZMQ key. A node this server cannot rea
 session, no endpoint, no key) is counted ``unsendable``: the job's deadlines, and the
 re-send below, deal with it.
 
-Re-sends. A heartbeat says what the node holds; a node that should be voting but is idle,
-or is ready but not running, never got its command. Only a heartbeat the node built well
+Re-sends. A heartbeat says what the node holds; a node whose vote is missing, or that is
+ready but not running, never got its command or its answer was lost; a node holding a
+commit its job no longer wants is told to abort. Only a heartbeat the node built well
 after the last command for that job can say so: judged by the heartbeat's own timestamp,
 not by when this server got round to reading it, or a server behind on its queue would
 answer stale heartbeats with a flood of repeats and fall further behind. So each commit
 and run is stamped when sent (``asked``), oldest first, and stamps are forgotten after a
-minute.
+minute. Aborts are stamped too: a node that keeps showing a stale commit is told again
+only as often as any other repeat.
 
 Killed at any line: the stamps are lost, so the first heartbeat after a restart may bring
 one repeat; the agent answers repeats idempotently and never runs a job twice.
@@ -60,21 +62,22 @@ class CommandSender:
         info = self.nodes.get(send.node)
         curve = self.curve_of(send.node)
         signer = self.signer_of(send.node)
-        if job is None or info is None or curve is None or signer is None:
+        # An abort needs no more than the job's id: it may be for a job long forgotten.
+        needs_job = send.kind != "abort"
+        if (needs_job and job is None) or info is None or curve is None or signer is None:
             self.counters["unsendable"] += 1
             return
         if not info.command_endpoint:
             self.counters["unsendable"] += 1
             return
+        # A heartbeat built before this command arrived does not show it yet: no reason
+        # to send it again for a while (see ``Coordinator.unreported``). Re-inserted, not
+        # updated: the dict stays oldest-first for ``forget``.
+        key = (send.job_id, send.node)
+        self.asked.pop(key, None)
+        self.asked[key] = now_ms
         message: Message
-        if send.kind != "abort":
-            # A heartbeat built before this command arrived does not show it yet: no
-            # reason to send it again for a while (see ``Coordinator.unreported``).
-            # Re-inserted, not updated: the dict stays oldest-first for ``forget``.
-            key = (job.job_id, send.node)
-            self.asked.pop(key, None)
-            self.asked[key] = now_ms
-        if send.kind == "commit":
+        if send.kind == "commit" and job is not None:
             opts = job.options
             options = RunOptions(
                 timeout_s=job.run_timeout_ms / 1000,
@@ -91,9 +94,9 @@ class CommandSender:
                 options=options,
             )
         elif send.kind == "run":
-            message = self.outbox.message(Run, now_ms, node=send.node, job_id=job.job_id)
+            message = self.outbox.message(Run, now_ms, node=send.node, job_id=send.job_id)
         else:
-            message = self.outbox.message(Abort, now_ms, node=send.node, job_id=job.job_id)
+            message = self.outbox.message(Abort, now_ms, node=send.node, job_id=send.job_id)
         frames = seal(message, signer, self.limits)
         self.channels.send_command(info.command_endpoint, curve, frames)
 

@@ -182,8 +182,10 @@ class Coordinator:
     ) -> list[Send]:
         """Commands to send again, judged from what a node's heartbeat says it is doing.
 
-        - ``commit`` while the job votes and the node has not voted, nor holds the job:
-          the commit was lost (a full queue, a blip). A node that holds it re-acks.
+        - ``commit`` while the job votes and the node's vote is not recorded: the commit
+          was lost (a full queue, a blip), or the node's ack was (sent to a server that
+          died, or while no server led). A node that holds the job re-acks it; one busy
+          with another job nacks ``busy``: either way the vote is counted.
         - ``run`` for a running job the node should run but says it is not busy with: a
           node that finished it (its result sent while no leader listened) answers with
           its stored outcome; one that never had the job answers ``nack_run``.
@@ -197,7 +199,7 @@ class Coordinator:
             job = self.jobs[job_id]
             state = job.nodes[node].state
             if job.state.value == "voting":
-                if state is NodeState.NEW and busy_with != job_id:
+                if state is NodeState.NEW:
                     out.append(Send("commit", job_id, node))
             elif job.state.value == "running":
                 lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
@@ -207,6 +209,24 @@ class Coordinator:
                 if lost_result or lost_run:
                     out.append(Send("run", job_id, node))
         return out
+
+    def stale_commit(self, node: str, busy_with: str | None, busy_state: str | None) -> Send | None:
+        """An ``abort`` for a commit a node holds that its job no longer wants; else None.
+
+        A node that acted on a commit late (it was paused through the vote, or its vote
+        came after the job ended) would otherwise stay committed until its own commit
+        timeout, refusing every other job as ``busy``. The job has ended, or ended for
+        this node (crashed, unavailable, quorum lost), or is not known at all (only a job
+        retired long after it ended is): the node is told to let go.
+        """
+        if busy_with is None or busy_state != "committed":
+            return None
+        job = self.jobs.get(busy_with)
+        if job is not None and not job.finished:
+            record = job.nodes.get(node)
+            if record is not None and record.state not in TERMINAL_NODE_STATES:
+                return None
+        return Send("abort", busy_with, node)
 
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
         job = self.jobs[job_id]

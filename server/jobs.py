@@ -114,10 +114,16 @@ class Jobs:
     def heartbeat(
         self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int
     ) -> None:
-        """Send again what a heartbeat shows never arrived (see ``commands.py``)."""
-        if not (self.leadership.leader and self.coordinator.targets_pending(node)):
+        """Send again what a heartbeat shows never arrived, and release a commit the node
+        holds for a job that no longer wants it (see ``commands.py``)."""
+        if not self.leadership.leader:
             return
-        for send in self.coordinator.unreported(node, busy_with, busy_state):
+        coordinator = self.coordinator
+        sends = coordinator.unreported(node, busy_with, busy_state)
+        stale = coordinator.stale_commit(node, busy_with, busy_state)
+        if stale is not None:
+            sends.append(stale)
+        for send in sends:
             if self.sender.due_again(send, beat_ms):
                 self.sends.append(send)
 

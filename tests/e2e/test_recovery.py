@@ -69,17 +69,13 @@ def test_server_killed_mid_job_finishes_it_after_restart_without_running_twice(
 
 
 def test_server_killed_while_voting_resends_the_commit(fleet: Fleet) -> None:
-    # node-3 is stopped so the job cannot finish voting before the kill... it is unavailable
-    # at start; the others vote at once, so kill right after start and check no double run.
+    # Killed right after the start: the votes may or may not be in the log.
     job = fleet.start("count-slowly", ["node-1", "node-2"])
     fleet.sandbox.kill("server", signal.SIGKILL)
     fleet.reconnect()
     fleet.sandbox.start_server()
     done = fleet.wait_job(job["job_id"], timeout_s=40)
-    assert done["state"] in ("complete", "quorum_failed")
+    # Votes lost with the server are asked for again: the job completes, each node once.
+    assert done["state"] == "complete", done
     for name in ("node-1", "node-2"):
-        counter = fleet.root / f"count-{name}"
-        runs = counter.read_text().count("x") if counter.exists() else 0
-        assert runs <= 1
-        if done["nodes"][name]["state"] == "succeeded":
-            assert runs == 1
+        assert (fleet.root / f"count-{name}").read_text() == "x\n"

@@ -6,7 +6,7 @@ from typing import Any
 
 from pushjobs.protocol.framing import Limits, open_frames
 from pushjobs.protocol.liveness import LivenessTracker
-from pushjobs.protocol.messages import Commit, Run
+from pushjobs.protocol.messages import Abort, Commit, Run
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner, HmacVerifier, Signer
 from server.commands import RESEND_AFTER_MS, CommandSender
@@ -86,12 +86,15 @@ def test_only_a_heartbeat_built_well_after_the_last_command_says_it_was_lost() -
     assert sender.due_again(run, T0 + RESEND_AFTER_MS)
 
 
-def test_aborts_are_not_stamped_and_stamps_are_forgotten_oldest_first() -> None:
+def test_an_abort_needs_no_job_is_stamped_and_stamps_are_forgotten_oldest_first() -> None:
     channels = SentCommands()
     sender = sender_for(known_nodes(), channels, signer=HmacSigner("s", SECRET))
-    job = Job.new("j1", "true", ["a"], T0)
-    sender.send(Send("abort", "j1", "a"), job, T0)
-    assert sender.asked == {}
+    sender.send(Send("abort", "forgotten", "a"), None, T0)  # a job retired long ago
+    message = open_frames(channels.sent[0][2], lambda m, k: HmacVerifier(SECRET, owner="server"))
+    assert isinstance(message, Abort) and message.job_id == "forgotten"
+    assert sender.asked == {("forgotten", "a"): T0}
+    assert not sender.due_again(Send("abort", "forgotten", "a"), T0 + 1)
+    sender.asked.clear()
     sender.asked.update({("j0", "a"): T0 - 5000, ("j1", "a"): T0})
     sender.forget(T0 - 1)
     assert list(sender.asked) == [("j1", "a")]

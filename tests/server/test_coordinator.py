@@ -145,7 +145,10 @@ def test_restore_indexes_active_nodes() -> None:
 def test_unreported_asks_again_for_running_jobs_the_node_says_it_is_not_busy_with() -> None:
     coord = Coordinator()
     submit(coord, targets=("n1", "n2"), online=("n1", "n2"))
-    assert coord.unreported("n1", "j1", "committed") == []  # voted soon: nothing to ask
+    # It holds the job but its vote is not recorded: its ack was lost (the ack leaves on
+    # the same socket before the heartbeat that shows the commit). It re-acks.
+    assert coord.unreported("n1", "j1", "committed") == [Send("commit", "j1", "n1")]
+    assert coord.unreported("n1", "j9", "committed") == [Send("commit", "j1", "n1")]  # busy
     assert coord.unreported("n1", None) == [Send("commit", "j1", "n1")]  # commit lost
     coord.reply(AckCommit(job_id="j1", **env(1, "n1")), T0)
     assert coord.unreported("n1", None) == []  # voted: the commit arrived
@@ -181,3 +184,18 @@ def test_finished_jobs_are_also_bounded_by_their_node_rows() -> None:
     assert sorted(coord.jobs) == ["big"]
     submit(coord, "next", targets=("n1",), online=())
     assert sorted(coord.jobs) == ["next"]
+
+
+def test_a_commit_held_for_a_job_that_no_longer_wants_it_is_aborted() -> None:
+    coord = Coordinator()
+    submit(coord, targets=("n1", "n2"), online=("n1", "n2"))
+    assert coord.stale_commit("n1", "j1", "committed") is None  # still voting: wanted
+    assert coord.stale_commit("n1", None, None) is None
+    coord.node_lost("n1", T0 + 1, "node went offline")  # paused through the vote
+    # It wakes, acts on the queued commit and holds it: its job crashed it, so let go.
+    assert coord.stale_commit("n1", "j1", "committed") == Send("abort", "j1", "n1")
+    assert coord.stale_commit("n2", "j1", "committed") is None  # n2 is still in the vote
+    assert coord.stale_commit("n1", "j1", "running") is None  # a running process: not this
+    coord.abort("j1", T0 + 2, "test")
+    assert coord.stale_commit("n2", "j1", "committed") == Send("abort", "j1", "n2")
+    assert coord.stale_commit("n1", "unknown", "committed") == Send("abort", "unknown", "n1")

@@ -1,0 +1,98 @@
+"""A job's life under paused and killed processes: no vote lost, no node held after its job.
+
+Real server and agents on 127.0.0.1. A paused agent (SIGSTOP) is how a node misses a
+moment of a job's life without dying: its commands wait in its socket and it acts on them
+late, when it is continued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.e2e.conftest import Fleet, make_fleet
+from tests.support import wait_until
+
+
+@contextlib.contextmanager
+def paused(fleet: Fleet, name: str) -> Iterator[int]:
+    pid = fleet.sandbox.procs[name].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # it may have been killed meanwhile
+            os.kill(pid, signal.SIGCONT)
+
+
+def committed_on(fleet: Fleet, node: str, job_id: str) -> bool:
+    """Whether ``node`` committed to ``job_id``: its journal says so (read, not asked)."""
+    path = fleet.root / "state" / node / "journal.db"
+    if not path.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(path, timeout=1.0)) as db:
+        row = db.execute("SELECT 1 FROM seen WHERE job_id = ?", (job_id,)).fetchone()
+    return row is not None
+
+
+def test_a_vote_lost_with_a_killed_server_is_asked_again_and_the_job_completes(
+    tmp_path: Path,
+) -> None:
+    # A liveness window long enough that no pause below makes anyone look offline, and a
+    # lease long enough that the restarted server sees every node back before it leads
+    # (as with the default 5 s session: the nodes' reappearance asks them nothing).
+    fleet = make_fleet(
+        tmp_path,
+        interval_s=0.5,
+        offline_threshold=20,
+        server_extra={"server": {"leader_session_s": 6.0}},
+    )
+    try:
+        fleet.wait_online()
+        vote_lost_with_the_server(fleet)
+    finally:
+        fleet.close()
+
+
+def vote_lost_with_the_server(fleet: Fleet) -> None:
+    # Command sockets connect on first use, and a paused node cannot finish a CurveZMQ
+    # handshake: one job first, so node-3's commit reaches it while it is paused.
+    warm = fleet.start("true")
+    assert fleet.wait_job(warm["job_id"])["state"] == "complete"
+    with paused(fleet, "node-3") as node_3:
+        job = fleet.start("count-slowly", vote_timeout_s=30)
+        for name in ("node-1", "node-2"):
+            fleet.wait_node_state(job["job_id"], name, "ready")
+        with paused(fleet, "server"):
+            # node-3 acts on its commit and acks into the paused server's socket buffer,
+            # where the kill below loses it: node-3 holds the job, the log says "new".
+            os.kill(node_3, signal.SIGCONT)
+            wait_until(lambda: committed_on(fleet, "node-3", job["job_id"]), timeout_s=10)
+            fleet.sandbox.kill("server", signal.SIGKILL)
+    fleet.reconnect()
+    fleet.sandbox.start_server()
+    done = fleet.wait_job(job["job_id"], timeout_s=25)
+    assert done["state"] == "complete", done
+    assert done["summary"] == {"succeeded": 3}
+    for name in fleet.sandbox.nodes:
+        assert (fleet.root / f"count-{name}").read_text() == "x\n"  # each ran once
+
+
+def test_a_node_that_acts_on_a_commit_after_its_job_ended_is_released_at_once(
+    fleet: Fleet,
+) -> None:
+    with paused(fleet, "node-3") as pid:
+        job = fleet.start("true", quorum="2", vote_timeout_s=30)
+        fleet.wait_node_state(job["job_id"], "node-3", "crashed")  # silent past the window
+        done = fleet.wait_job(job["job_id"])
+        assert done["state"] == "complete"
+        os.kill(pid, signal.SIGCONT)  # it acts on the commit it was sent before it paused
+        fleet.wait_online(["node-3"])
+    # Its commit timeout is a minute; the server tells it to let go at its next heartbeat.
+    wait_until(lambda: fleet.node("node-3")["job_id"] is None, timeout_s=10)
+    again = fleet.start("true", ["node-3"])
+    assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
