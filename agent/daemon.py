@@ -34,6 +34,7 @@ from agent.intake import BeatNow, CommandIntake, Effect, Hold, Resend
 from agent.journal import Journal
 from agent.launcher import Launcher
 from agent.outbound import Outbound, outcome_reply
+from agent.reaper import Reaper
 from agent.runner import REPLY_TYPES, JobRunner, KillProcess, Remember, Reply, StartProcess
 from agent.trust import trust_server
 from agent.upstream import Upstream
@@ -58,7 +59,14 @@ def now_ms() -> int:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, *, out: Any = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        out: Any = None,
+        clock: Clock | None = None,
+        reaper: Reaper | None = None,
+    ) -> None:
         self.config = config
         self.out = out if out is not None else sys.stdout
         self.clock = clock if clock is not None else SystemClock()
@@ -105,7 +113,8 @@ class Agent:
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
-        self.launcher = Launcher(self.name, section.capture_bytes, self._wake)
+        self.reaper = reaper
+        self.launcher = Launcher(self.name, section.capture_bytes, self._wake, reaper)
         self.stopping = False
         self.reload_requested = False
 
@@ -244,5 +253,7 @@ class Agent:
             self._flush()
         self.transport.close()
         self.journal.close()
+        if self.reaper is not None:
+            self.reaper.close()
         os.close(self.wake_r)
         os.close(self.wake_w)

@@ -8,9 +8,10 @@ commit's file payload, builds the environment (the agent's own, the commit's ``e
 watcher thread hands the outcome over through ``on_done``, which queues it and wakes the
 daemon's loop; ``ended`` gives the outcomes back on the loop's thread.
 
-Killed at any line: the commits held and the outcome queue are lost. A running process
-group outlives a SIGKILLed agent, but its outcome is never reported; the journal has the
-job id, so the restarted agent nacks the same job instead of running it twice. A payload
+Killed at any line: the commits held and the outcome queue are lost. The reaper
+(``reaper.py``), told of every process group as it starts, kills the running job when the
+agent dies; the journal has the job id, so the restarted agent nacks the same job instead
+of running it twice. A payload
 file is written to a temporary name and renamed, so it is never seen half written.
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agent.executor import Execution, Outcome
+from agent.reaper import Reaper
 from pushjobs.errors import ExecutionError
 from pushjobs.protocol import messages as m
 
@@ -30,8 +32,15 @@ Resolve = Callable[[str], list[str] | None]
 
 
 class Launcher:
-    def __init__(self, node: str, capture_bytes: int, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        node: str,
+        capture_bytes: int,
+        wake: Callable[[], None],
+        reaper: Reaper | None = None,
+    ) -> None:
         self.node = node
+        self.reaper = reaper
         self.capture_bytes = capture_bytes
         self.wake = wake
         self.commits: dict[str, m.Commit] = {}
@@ -70,6 +79,10 @@ class Launcher:
             )
         except OSError as exc:
             raise ExecutionError(str(exc)) from exc
+        except ValueError as exc:  # a file payload that is not base64: the job fails
+            raise ExecutionError(f"bad file payload: {exc}") from exc
+        if self.reaper is not None:
+            self.reaper.watch(self.execution.pid)
         return self.execution
 
     def kill(self, job_id: str, reason: str) -> None:
@@ -84,6 +97,8 @@ class Launcher:
             except queue.Empty:
                 return
             if self.execution is not None and self.execution.job_id == outcome.job_id:
+                if self.reaper is not None:
+                    self.reaper.release(self.execution.pid)  # its group is gone already
                 self.execution = None
             yield outcome, self.commits.pop(outcome.job_id, None)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig
 from agent.daemon import Agent
+from agent.reaper import Reaper
 from pushjobs.config import load_config
 from pushjobs.errors import ConfigError, PushJobsError
 
@@ -48,8 +49,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             format=f"%(asctime)s pushjobs-agent {name}: %(message)s",
             stream=sys.stderr,
         )
-        agent = Agent(config)
     except PushJobsError as exc:
+        sys.stderr.write(f"pushjobs-agent: error: {exc}\n")
+        raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
+    # The watchdog that ends a running job if this agent dies, even by SIGKILL.
+    reaper = Reaper()
+    try:
+        agent = Agent(config, reaper=reaper)
+    except PushJobsError as exc:
+        reaper.close()
         sys.stderr.write(f"pushjobs-agent: error: {exc}\n")
         raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
 

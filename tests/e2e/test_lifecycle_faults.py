@@ -96,3 +96,32 @@ def test_a_node_that_acts_on_a_commit_after_its_job_ended_is_released_at_once(
     wait_until(lambda: fleet.node("node-3")["job_id"] is None, timeout_s=10)
     again = fleet.start("true", ["node-3"])
     assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its reaper is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_a_job_does_not_outlive_its_agent_killed_with_sigkill(fleet: Fleet) -> None:
+    job = fleet.start("sleeper", ["node-1"])
+    fleet.wait_node_state(job["job_id"], "node-1", "running")
+    pidfile = fleet.root / "pid-node-1"
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout_s=10)
+    pid = int(pidfile.read_text())  # the job's sleep: sh exec'd it, so it leads the group
+    assert running(pid)
+    fleet.sandbox.kill("node-1", signal.SIGKILL)
+    try:
+        wait_until(lambda: not running(pid), timeout_s=5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # without the fix, do not leave it behind
+    fleet.wait_node_state(job["job_id"], "node-1", "crashed")
+    fleet.sandbox.start_agent("node-1")
+    fleet.wait_online(["node-1"])
+    again = fleet.start("true", ["node-1"])
+    assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": 1}

@@ -11,7 +11,8 @@ from tests.e2e.conftest import Fleet
 
 
 def _kill_leftover(pidfile: Path) -> None:
-    """An agent killed with SIGKILL cannot kill its job; the test cleans up after it."""
+    """Belt and braces: whatever a failed test left of a job is killed (the agent's reaper
+    kills it too, see test_lifecycle_faults)."""
     try:
         pid = int(pidfile.read_text())
     except (OSError, ValueError):

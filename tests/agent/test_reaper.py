@@ -1,0 +1,84 @@
+"""The reaper's watchdog, as a real process: it kills what is registered when the agent goes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.launcher import Launcher
+from agent.reaper import Reaper
+from pushjobs.errors import ExecutionError
+from pushjobs.protocol import messages as m
+from tests.support import wait_until
+
+
+def alive(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is None
+
+
+@pytest.fixture
+def groups():
+    """Two jobs-to-be, each leading its own process group; killed at the end whatever happens."""
+    procs = [
+        subprocess.Popen(["sleep", "60"], start_new_session=True, stdin=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_when_the_agent_is_gone_registered_groups_die_and_released_ones_live(groups) -> None:
+    kept, released = groups
+    reaper = Reaper()
+    reaper.watch(kept.pid)
+    reaper.watch(released.pid)
+    reaper.release(released.pid)
+    reaper.close()  # what the kernel does to the pipe when the agent dies, however it dies
+    wait_until(lambda: not alive(kept), timeout_s=5)
+    assert alive(released)
+    assert reaper._proc.returncode == 0  # the watchdog exited after its work
+
+
+def test_garbage_on_the_pipe_changes_nothing(groups) -> None:
+    first, second = groups
+    reaper = Reaper()
+    reaper._tell(b"+\n-x\nhello\n+-3\n")
+    reaper.watch(first.pid)
+    reaper._tell(b"+%d" % second.pid)  # an incomplete line when the agent died: ignored
+    reaper.close()
+    wait_until(lambda: not alive(first), timeout_s=5)
+    assert alive(second)
+
+
+def test_a_dead_watchdog_is_reported_not_fatal(groups, caplog) -> None:
+    reaper = Reaper()
+    reaper._proc.kill()
+    reaper._proc.wait()
+    reaper.watch(groups[0].pid)  # the pipe is broken: logged, and the agent carries on
+    reaper.watch(groups[0].pid)
+    assert sum("watchdog is gone" in r.message for r in caplog.records) == 1
+    reaper.close()
+
+
+def test_a_payload_that_is_not_base64_fails_the_job_instead_of_the_agent(tmp_path: Path) -> None:
+    launcher = Launcher("n1", 1024, lambda: None)
+    payload = m.FilePayload(path=str(tmp_path / "f"), content_b64="not base64!", mode=0o600)
+    launcher.hold(
+        m.Commit(
+            sender="server",
+            incarnation="i",
+            sequence=1,
+            timestamp=1,
+            node="n1",
+            job_id="j1",
+            command="true",
+            options=m.RunOptions(timeout_s=5.0, file=payload),
+        )
+    )
+    with pytest.raises(ExecutionError, match="bad file payload"):
+        launcher.start("j1", lambda command: ["true"])
+    assert not (tmp_path / "f").exists()
