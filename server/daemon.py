@@ -47,7 +47,7 @@ from server.api import ApiFront
 from server.backend import ServerBackend
 from server.channels import Channels, advertised, raise_open_files
 from server.commands import CommandSender
-from server.enrolment import Enrolment, node_key_accepted
+from server.enrolment import Enrolment, node_key_accepted, node_registered
 from server.handlers import ApiHandlers
 from server.intake import BATCH, NodeIntake
 from server.jobs import Jobs
@@ -142,6 +142,7 @@ class Server:
             nodes=self.nodes,
             liveness=self.liveness,
             server_name=self.name,
+            registered=partial(node_registered, registry),
         )
         self.leadership.on_stand_by = self.jobs.stand_by
         inbox = Inbox(sessions.resolve, proto.max_skew_s, limits)

@@ -187,3 +187,9 @@ def node_key_accepted(registry: KeyRegistry, curve_public: str) -> bool:
     """The ZAP check of the reply channel: only accepted node keys may connect."""
     entry = registry.by_curve_key(curve_public)
     return entry is not None and entry.kind == "node" and entry.state is KeyState.ACCEPTED
+
+
+def node_registered(registry: KeyRegistry, name: str) -> bool:
+    """Whether ``name`` is a node of this installation (any key state): a job may target it."""
+    entry = registry.find(name)
+    return entry is not None and entry.kind == "node"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import deque
+from collections.abc import Callable
 
 from pushjobs.api import methods
 from pushjobs.errors import ApiError
@@ -52,6 +53,7 @@ class Jobs:
         nodes: NodeTable,
         liveness: LivenessTracker,
         server_name: str,
+        registered: Callable[[str], bool],
     ) -> None:
         self.settings = settings
         self.leadership = leadership
@@ -60,6 +62,7 @@ class Jobs:
         self.nodes = nodes
         self.liveness = liveness
         self.server_name = server_name
+        self.registered = registered  # a node name the key registry knows
         self.coordinator = self._new_coordinator()
         self.changes: list[Change] = []
         self.node_records: list[tuple[str, bytes]] = []
@@ -139,7 +142,7 @@ class Jobs:
     def start(self, request: JobRequest, caller: str, now_ms: int) -> str:
         if self.stopping:
             raise ApiError("the server is stopping", code=methods.NOT_LEADER)
-        targets = select(request.selectors, self.nodes.facts())
+        targets = select(request.selectors, self.nodes.facts(), exists=self.registered)
         if len(targets) > self.settings.max_nodes:
             raise ApiError(
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",

@@ -2,22 +2,24 @@
 
 Each selector picks a set of nodes; a job targets the union of its selectors.
 
-    web-01                  that node (it need not be known: it will be unavailable)
+    web-01                  that node: registered, or reported since the server started
+                            (an offline one is unavailable; a name nobody knows is refused)
     web-*  db-[12]          glob over known node names
     os=linux                nodes whose fact ``os`` matches (the value may be a glob)
     tag=web                 nodes that carry the tag ``web``
     os=linux,tag=eu-*       every term must match (AND)
 
-A selector that matches nothing is reported, so an operator's typo is not a silent no-op.
+A selector that matches nothing is reported, so an operator's typo is not a silent no-op;
+names that no node has are all named at once, before any job exists.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pushjobs.errors import TargetError
+from pushjobs.errors import NotFound, TargetError
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -38,9 +40,17 @@ def _term_matches(node: NodeFacts, key: str, pattern: str) -> bool:
     return value is not None and fnmatch.fnmatchcase(value, pattern)
 
 
-def select(selectors: Iterable[str], nodes: Iterable[NodeFacts]) -> list[str]:
-    """Names targeted by ``selectors``, in first-match order; TargetError if one matches none."""
+def select(
+    selectors: Iterable[str], nodes: Iterable[NodeFacts], *, exists: Callable[[str], bool]
+) -> list[str]:
+    """Names targeted by ``selectors``, in first-match order.
+
+    ``TargetError`` if a selector is malformed or matches none; ``NotFound`` naming every
+    plain name that is neither a reported node nor one ``exists`` knows (the registry).
+    """
     known = list(nodes)
+    reported = {n.name for n in known}
+    unknown: list[str] = []
     chosen: dict[str, None] = {}
     for raw in selectors:
         selector = raw.strip()
@@ -58,9 +68,14 @@ def select(selectors: Iterable[str], nodes: Iterable[NodeFacts]) -> list[str]:
             hits = [n.name for n in known if fnmatch.fnmatchcase(n.name, selector)]
         else:
             hits = [selector]
+            if selector not in reported and not exists(selector):
+                unknown.append(selector)
         if not hits:
             raise TargetError(f"no node matches {selector!r}")
         chosen.update(dict.fromkeys(hits))
+    if unknown:
+        names = ", ".join(repr(name) for name in unknown)
+        raise NotFound(f"no node named {names} (see pushjobs node list)")
     if not chosen:
         raise TargetError("no node selected")
     return list(chosen)

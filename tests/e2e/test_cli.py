@@ -44,6 +44,14 @@ def test_failed_node_exits_1_and_its_output_can_be_read(shared_fleet: Fleet) -> 
     assert code == Exit.OK and out == "boom\n"
 
 
+def test_a_node_name_nobody_has_is_refused_before_a_job_exists(shared_fleet: Fleet) -> None:
+    before = shared_fleet.call("job.list")["total"]
+    code, _, err = cli(shared_fleet, "job", "start", "uptime", "node-1", "web-99", "db-7")
+    assert code == Exit.NOT_FOUND
+    assert "no node named 'web-99', 'db-7'" in err
+    assert shared_fleet.call("job.list")["total"] == before
+
+
 def test_quorum_failed_exits_3(shared_fleet: Fleet) -> None:
     code, _, _ = cli(shared_fleet, "job", "start", "not-whitelisted", "node-1")
     assert code == Exit.QUORUM_FAILED

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pushjobs.errors import TargetError
+from pushjobs.errors import NotFound, TargetError
 from server.targeting import NodeFacts, select
 
 FLEET = [
@@ -10,13 +10,14 @@ FLEET = [
     NodeFacts("web-02", {"os": "linux", "hostname": "web-02.us"}, ("web", "us")),
     NodeFacts("db-1", {"os": "freebsd"}, ("db", "eu")),
 ]
+REGISTERED = {"web-01", "registered-only"}
 
 
 @pytest.mark.parametrize(
     ("selectors", "expected"),
     [
         (["web-01"], ["web-01"]),
-        (["unknown-node"], ["unknown-node"]),
+        (["registered-only"], ["registered-only"]),  # not seen since a restart: known
         (["web-*"], ["web-01", "web-02"]),
         (["db-[0-9]"], ["db-1"]),
         (["os=linux"], ["web-01", "web-02"]),
@@ -29,7 +30,7 @@ FLEET = [
     ],
 )
 def test_select(selectors, expected):
-    assert select(selectors, FLEET) == expected
+    assert select(selectors, FLEET, exists=REGISTERED.__contains__) == expected
 
 
 @pytest.mark.parametrize(
@@ -46,5 +47,11 @@ def test_select(selectors, expected):
 )
 def test_bad_selectors(selectors, needle):
     with pytest.raises(TargetError) as info:
-        select(selectors, FLEET)
+        select(selectors, FLEET, exists=REGISTERED.__contains__)
     assert needle in str(info.value)
+
+
+def test_names_no_node_has_are_all_named_before_anything_is_selected():
+    with pytest.raises(NotFound) as info:
+        select(["web-01", "web-99", "os=linux", "db-7"], FLEET, exists=REGISTERED.__contains__)
+    assert str(info.value) == "no node named 'web-99', 'db-7' (see pushjobs node list)"
