@@ -30,7 +30,7 @@ import zmq
 
 from agent.config import AgentConfig
 from agent.discovery import session_key
-from agent.intake import BeatNow, CommandIntake, Effect, Hold, Resend
+from agent.intake import BeatNow, CommandIntake, Effect, Hold, Rediscover, Resend
 from agent.journal import Journal
 from agent.launcher import Launcher
 from agent.outbound import Outbound, outcome_reply
@@ -215,6 +215,8 @@ class Agent:
                 self.launcher.hold(commit)
             case Resend(job_id=job_id, kind=kind, body=body):
                 self.outbound.resend(job_id, kind, body)
+            case Rediscover():
+                self.upstream.rediscover("the server no longer accepts this node's session")
             case BeatNow():
                 self.outbound.beat_now(self.clock.monotonic())
 

@@ -13,7 +13,8 @@ Then each kind goes to the ``JobRunner``: a commit is held and judged against th
 whitelist and the journal of jobs seen; a run whose outcome the journal already holds
 (the server restarted and asks again) gets that outcome resent instead; an abort is the
 runner's to decide; a ping asks for a heartbeat now. The answer is a list of effects the
-daemon carries out in order: the runner's actions plus ``Hold``, ``Resend``, ``BeatNow``.
+daemon carries out in order: the runner's actions plus ``Hold``, ``Resend``, ``BeatNow``
+and ``Rediscover`` (the server no longer accepts this node's session: ask for a config).
 
 Killed at any line: the session keys and the replay window die with the process; the
 restarted agent (a new incarnation) gets new keys from discovery, so commands signed for
@@ -56,7 +57,12 @@ class BeatNow:
     """Send a heartbeat at once (the server pinged)."""
 
 
-Effect = Action | Hold | Resend | BeatNow
+@dataclass(frozen=True, slots=True)
+class Rediscover:
+    """Ask for a config again: the server said this node's session is over."""
+
+
+Effect = Action | Hold | Resend | BeatNow | Rediscover
 
 
 class CommandIntake:
@@ -122,6 +128,8 @@ class CommandIntake:
                 return list(self.runner.run(job_id))
             case m.Abort(job_id=job_id):
                 return list(self.runner.abort(job_id))
+            case m.Ping(rediscover=True):
+                return [Rediscover()]
             case m.Ping():
                 return [BeatNow()]
             case _:

@@ -8,7 +8,8 @@ Theory of operation. Discovery is due
 - after a random splay in ``[0, splay_s]`` when a verified heartbeat shows a new server
   incarnation: the restarted server has forgotten this node's session key, and the
   splay keeps a fleet from asking all at once;
-- after a long silence: ``silence_factor`` offline windows with no heartbeat.
+- after a long silence: ``silence_factor`` offline windows with no heartbeat;
+- at once when the server says this node's session is over (``request``).
 
 A failed attempt makes the next one due after tenacity's random exponential backoff
 (``agent.discovery.backoff_s``), and each attempt asks the next configured server in
@@ -80,6 +81,13 @@ class DiscoverySchedule:
         if incarnation == cfg.server_incarnation or self.due is not None:
             return False
         self.due = now + self.rng.uniform(0, self.settings.splay_s)
+        return True
+
+    def request(self, now: float) -> bool:
+        """Discovery due now; False if an attempt was already due (its backoff stands)."""
+        if self.due is not None:
+            return False
+        self.due = now
         return True
 
     def review(self, cfg: NodeConfig, now: float, *, busy: bool, server_online: bool) -> str:

@@ -108,6 +108,11 @@ class Upstream:
             return self._discover()
         return None
 
+    def rediscover(self, why: str) -> None:
+        """Ask for a config at once (unless an attempt is already due), saying why."""
+        if self.schedule.request(self.clock.monotonic()):
+            log.warning("rediscovering: %s", why)
+
     def follow(self, cfg: m.NodeConfig, endpoint: str) -> None:
         """Take ``cfg``: its sockets, its liveness settings, the server online from now."""
         now = self.clock.monotonic()

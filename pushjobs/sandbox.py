@@ -183,15 +183,12 @@ class Sandbox:
         argv = [sys.executable, "-m", "server.main", "--config", str(self.server_config_path)]
         return self._start("server", argv, "pushjobs-server", timeout_s)
 
-    def start_agent(self, name: str, *, timeout_s: float = 20.0) -> Proc:
-        argv = [
-            sys.executable,
-            "-m",
-            "agent.main",
-            "--config",
-            str(self.root / "agents" / f"{name}.toml"),
-        ]
-        return self._start(name, argv, "pushjobs-agent", timeout_s)
+    def start_agent(
+        self, name: str, *, timeout_s: float = 20.0, process: str | None = None
+    ) -> Proc:
+        """Node ``name``'s agent; ``process`` names a second one with the same key and config
+        (a duplicate, as an operator might start by mistake)."""
+        return self._start(process or name, self._agent_argv(name), "pushjobs-agent", timeout_s)
 
     def start_agents(self, names: Iterable[str] | None = None, *, timeout_s: float = 20.0) -> None:
         names = list(self.nodes if names is None else names)

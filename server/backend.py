@@ -20,6 +20,7 @@ from pushjobs.log.base import OrderedLog
 from pushjobs.log.topics import TopicNames
 from server.channels import Channels
 from server.coordinator import Coordinator
+from server.enrolment import Enrolment
 from server.handlers import JobRequest
 from server.intake import NodeIntake
 from server.jobs import Jobs
@@ -48,6 +49,7 @@ class ServerBackend:
         jobs: Jobs,
         intake: NodeIntake,
         channels: Channels,
+        enrolment: Enrolment,
         api_drops: dict[str, int],
     ) -> None:
         self.name = name
@@ -62,6 +64,7 @@ class ServerBackend:
         self.intake = intake
         self.nodes: NodeTable = intake.nodes
         self.channels = channels
+        self.enrolment = enrolment
         self.api_drops = api_drops
 
     @property
@@ -118,6 +121,7 @@ class ServerBackend:
             return None
         status = self.intake.liveness.status(name)
         now = self.clock.monotonic()
+        second = self.enrolment.duplicate(name, now)
         return {
             "name": name,
             "key_state": entry.state.value if entry is not None else "unknown",
@@ -129,6 +133,14 @@ class ServerBackend:
             "last_seen_ms_ago": round((now - status.last_seen) * 1000) if status else None,
             "facts": dict(info.facts) if info else {},
             "tags": list(info.tags) if info else [],
+            # A second agent presenting this node's key, refused while this one is online.
+            "duplicate": None
+            if second is None
+            else {
+                "endpoint": second.endpoint,
+                "incarnation": second.incarnation,
+                "refused_ms_ago": round((now - second.at) * 1000),
+            },
         }
 
     def find_output(self, job_id: str, node: str) -> dict[str, Any] | None:

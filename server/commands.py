@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from pushjobs.protocol.framing import Limits, seal
-from pushjobs.protocol.messages import Abort, Commit, Message, Run, RunOptions
+from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run, RunOptions
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Signer
 from server.channels import Channels
@@ -99,6 +99,12 @@ class CommandSender:
             message = self.outbox.message(Abort, now_ms, node=send.node, job_id=send.job_id)
         frames = seal(message, signer, self.limits)
         self.channels.send_command(info.command_endpoint, curve, frames)
+
+    def ping(self, node: str, endpoint: str, curve: str, now_ms: int) -> None:
+        """Tell ``node`` to ask for a config again, signed with the server's own key: the
+        node's session is over, so no session key of it can sign this."""
+        frames = self.outbox.frames(Ping, now_ms, node=node, rediscover=True)
+        self.channels.send_command(endpoint, curve, frames)
 
     def due_again(self, send: Send, beat_ms: int) -> bool:
         """Whether a heartbeat built at ``beat_ms`` that lacks ``send`` means it was lost."""

@@ -113,7 +113,7 @@ class Server:
             live.interval_s, live.offline_threshold, live.online_threshold
         )
         self.nodes = NodeTable(self.liveness)
-        sessions = SessionKeys(grace_s=2 * live.interval_s + 5.0)
+        self.sessions = sessions = SessionKeys(grace_s=2 * live.interval_s + 5.0)
         self.enrolment = Enrolment(
             config,
             identity,
@@ -126,7 +126,7 @@ class Server:
             heartbeat_endpoint=heartbeat_endpoint,
             reply_endpoint=self.reply_endpoint,
         )
-        sender = CommandSender(
+        self.sender = sender = CommandSender(
             self.outbox,
             limits,
             self.channels,
@@ -165,6 +165,7 @@ class Server:
             jobs=self.jobs,
             intake=self.intake,
             channels=self.channels,
+            enrolment=self.enrolment,
             api_drops=api_drops,
         )
         self.api = ApiFront(
@@ -207,6 +208,8 @@ class Server:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
         if self.channels.replies in ready:
             self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
+            for node, contact in self.enrolment.stale_contacts(self.sessions.take_stale(), now):
+                self.sender.ping(node, contact.endpoint, contact.curve, now_ms)
         else:
             self.intake.idle()
         if self.channels.api in ready:

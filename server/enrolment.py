@@ -9,6 +9,16 @@ and a fresh HMAC session key (``sessions.py``) with which it signs from then on 
 server signs its commands. Its command endpoint and CurveZMQ key are remembered here for
 the command sockets.
 
+One agent per node. A config request from a second agent presenting an online node's key
+(another incarnation at another command endpoint) is denied while the first is online,
+and logged naming both; ``node status`` shows it for a minute. An agent that restarts on
+the same endpoint is the same agent; one that restarts on a new port is admitted once its
+old self has gone silent.
+
+A node heard under a session key that has retired (revoked, or rotated past its grace)
+is told to rediscover (``stale_contacts``, at most once per ``STALE_PING_S``): that is how
+an agent whose key was rejected and accepted again comes back within seconds.
+
 Revocation runs on the registry's own cadence: when the registry file changed, every
 node holding a session whose key is no longer accepted loses its session and its command
 socket at once, and node intake takes it offline.
@@ -22,6 +32,7 @@ from __future__ import annotations
 import logging
 from base64 import b64decode
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from keys.entry import Entry
 from keys.identity import PrivateIdentity, b64
@@ -31,13 +42,33 @@ from pushjobs.errors import KeyFileError
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
 from server.channels import Channels
-from server.nodes import NodeTable
+from server.nodes import NodeInfo, NodeTable
 from server.sessions import SessionKeys
 from server.settings import ServerConfig
 
 log = logging.getLogger("pushjobs.server")
 
 Reply = Callable[[bytes, list[bytes]], None]
+
+STALE_PING_S = 2.0  # a node under a retired key is told again at most this often
+DUPLICATE_SHOWN_S = 60.0  # how long node status names a refused second agent
+
+
+@dataclass(frozen=True, slots=True)
+class Contact:
+    """Where a node's agent was last admitted: its command endpoint and CurveZMQ key."""
+
+    endpoint: str
+    curve: str
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A second agent that presented a node's key while the first was online."""
+
+    endpoint: str
+    incarnation: str
+    at: float  # monotonic
 
 
 class Enrolment:
@@ -67,6 +98,9 @@ class Enrolment:
         self.reply_endpoint = reply_endpoint
         self.node_curve: dict[str, str] = {}
         self.checked_entries: tuple[Entry, ...] | None = None
+        self.contacts: dict[str, Contact] = {}  # kept after revocation: to tell the node
+        self.pinged: dict[str, float] = {}
+        self.duplicates: dict[str, Duplicate] = {}
 
     def curve_of(self, node: str) -> str | None:
         return self.node_curve.get(node)
@@ -112,9 +146,58 @@ class Enrolment:
                 identity, req.sender, status, message, config=None, now_ms=now_ms, reply=reply
             )
             return
+        first = self._online_elsewhere(req)
+        if first is not None:
+            log.warning(
+                "node %s: a second agent (incarnation %s at %s) presents its key while the "
+                "agent at %s (incarnation %s) is online; refused until that one goes silent",
+                req.sender,
+                req.incarnation,
+                req.command_endpoint,
+                first.command_endpoint,
+                first.incarnation,
+            )
+            self.duplicates[req.sender] = Duplicate(req.command_endpoint, req.incarnation, now)
+            message = (
+                f"another agent for {req.sender} is online at {first.command_endpoint}; "
+                "this one is refused until that one goes silent"
+            )
+            self._reply(
+                identity, req.sender, "denied", message, config=None, now_ms=now_ms, reply=reply
+            )
+            return
         config = self._admit(req, now)
         log.info("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
         self._reply(identity, req.sender, "accepted", "", config=config, now_ms=now_ms, reply=reply)
+
+    def _online_elsewhere(self, req: ConfigRequest) -> NodeInfo | None:
+        """The node's online agent if ``req`` comes from another one; None otherwise."""
+        info = self.nodes.get(req.sender)
+        if info is None or not self.nodes.is_online(req.sender):
+            return None
+        if req.incarnation == info.incarnation or req.command_endpoint == info.command_endpoint:
+            return None  # the same agent asking again, or a restart on its own port
+        return info
+
+    def duplicate(self, node: str, now: float) -> Duplicate | None:
+        """A second agent refused for ``node`` lately, for ``node status``."""
+        seen = self.duplicates.get(node)
+        if seen is not None and now - seen.at > DUPLICATE_SHOWN_S:
+            del self.duplicates[node]
+            return None
+        return seen
+
+    def stale_contacts(self, stale: set[str], now: float) -> list[tuple[str, Contact]]:
+        """Of the nodes heard under a retired session key, those to tell now, and where."""
+        out = []
+        for node in sorted(stale):
+            contact = self.contacts.get(node)
+            if contact is None or now - self.pinged.get(node, -STALE_PING_S) < STALE_PING_S:
+                continue
+            self.pinged[node] = now
+            log.info("node %s: heard under a retired session key; asking it to rediscover", node)
+            out.append((node, contact))
+        return out
 
     def _admit(self, req: ConfigRequest, now: float) -> NodeConfig:
         session = self.sessions.issue(req.sender, now)
@@ -124,6 +207,7 @@ class Enrolment:
         if old_curve is not None and old_curve != req.curve_public and info is not None:
             self.channels.forget(info.command_endpoint, old_curve)
         self.node_curve[req.sender] = req.curve_public
+        self.contacts[req.sender] = Contact(req.command_endpoint, req.curve_public)
         live, proto = self.config.liveness, self.config.protocol
         return NodeConfig(
             server_id=self.config.server.name,

@@ -9,6 +9,10 @@ each server incarnation and whenever a node asks again). The previous key of a n
 valid for ``grace_s``: messages the node sent just before it switched keys still verify.
 A revoked node loses every key at once. Each key is bound to its node: a node holding a
 valid key cannot sign for another (``HmacVerifier.owner``).
+
+A key that stopped verifying is remembered (the newest ``RETIRED_KEEP``): a message
+signed with it is still refused, but the node it belonged to is noted (``take_stale``),
+so the server can tell that node its session is over instead of ignoring it for an hour.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from pushjobs.protocol.signing import (
     HmacVerifier,
     Verifier,
 )
+
+RETIRED_KEEP = 100_000  # retired key ids remembered, for telling their nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,8 @@ class SessionKeys:
         self._current: dict[str, str] = {}  # node -> key id
         self._signers: dict[str, HmacSigner] = {}  # node -> signer of its current key
         self._retiring: dict[str, float] = {}  # key id -> when it stops verifying
+        self._retired: dict[str, str] = {}  # key id -> node, oldest first
+        self._stale: set[str] = set()  # nodes heard under a retired key since take_stale
 
     def issue(self, node: str, now: float) -> SessionKey:
         """A new key for ``node``; its previous one retires after the grace period."""
@@ -67,6 +75,7 @@ class SessionKeys:
         for kid in gone:
             del self._verifiers[kid]
             self._retiring.pop(kid, None)
+            self._retire(kid, node)
         self._current.pop(node, None)
         self._signers.pop(node, None)
         return bool(gone)
@@ -75,15 +84,31 @@ class SessionKeys:
         for kid, until in list(self._retiring.items()):
             if until <= now:
                 del self._retiring[kid]
-                self._verifiers.pop(kid, None)
+                gone = self._verifiers.pop(kid, None)
+                if gone is not None and gone.owner is not None:
+                    self._retire(kid, gone.owner)
 
     def resolve(self, method: str, key_id: str) -> Verifier:
         if method != HMAC_SHA256:
             raise UnknownKey(f"node messages must be signed with {HMAC_SHA256}")
         verifier = self._verifiers.get(key_id)
         if verifier is None:
+            node = self._retired.get(key_id)
+            if node is not None:
+                self._stale.add(node)
+                raise UnknownKey(f"session key {key_id[:32]!r} of {node} has retired")
             raise UnknownKey(f"unknown session key {key_id[:32]!r}")
         return verifier
+
+    def take_stale(self) -> set[str]:
+        """Nodes heard under a retired key since the last call (their session is over)."""
+        stale, self._stale = self._stale, set()
+        return stale
+
+    def _retire(self, key_id: str, node: str) -> None:
+        self._retired[key_id] = node
+        if len(self._retired) > RETIRED_KEEP:
+            del self._retired[next(iter(self._retired))]
 
     def nodes(self) -> list[str]:
         return list(self._current)

@@ -34,6 +34,15 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
     typer.echo(table([_row(n) for n in nodes], COLUMNS))
     online = sum(1 for n in nodes if n["online"])
     typer.echo(f"{online} of {len(nodes)} nodes online")
+    for n in nodes:
+        second = n.get("duplicate")
+        if second:
+            typer.echo(
+                f"warning: a second agent presented the key of {n['name']} from "
+                f"{second['endpoint']} {second['refused_ms_ago'] / 1000:.0f} s ago (refused; "
+                f"this node's agent is at {n['command_endpoint']})",
+                err=True,
+            )
 
 
 @app.command("list")

@@ -182,8 +182,12 @@ class Abort(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ping(Message):
+    """Heartbeat now; with ``rediscover``, also ask for a config again: the server no longer
+    accepts this node's session (its key was revoked and accepted again, or superseded)."""
+
     TYPE: ClassVar[str] = "ping"
     node: str
+    rediscover: bool = False
 
 
 # --- config discovery (node <-> server over the CurveZMQ API channel) --------------------

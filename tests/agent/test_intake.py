@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.intake import BeatNow, CommandIntake, Hold, Resend
+from agent.intake import BeatNow, CommandIntake, Hold, Rediscover, Resend
 from agent.journal import Journal
 from agent.runner import JobRunner, Remember, Reply, StartProcess
 from agent.trust import trust_server
+from keys.fingerprint import key_id
 from keys.identity import generate
 from pushjobs.clock import FakeClock
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.outbox import Outbox
-from pushjobs.protocol.signing import HmacSigner
+from pushjobs.protocol.signing import Ed25519Signer, HmacSigner
 from tests.protocol.samples import CONFIG
 
 SERVER = generate("server", "server")
@@ -132,3 +133,18 @@ def test_server_messages_that_are_no_commands_are_counted(desk: Desk) -> None:
     assert desk.send(reply) == []
     assert desk.intake.inbox.drops["unexpected"] == 1
     assert desk.runner.job_id is None
+
+
+def test_a_ping_to_rediscover_signed_with_the_servers_own_key_is_obeyed(desk: Desk) -> None:
+    # The node's session is over on the server, so only the server's identity can sign it.
+    signer = Ed25519Signer(key_id(SERVER.public.ed25519_public), SERVER.signing_key())
+    outbox = Outbox("server", "srv-1", signer)
+    outbox.sequence = desk.sequence
+    ping = outbox.frames(m.Ping, desk.clock.wall_ms(), node="node-1", rediscover=True)
+    assert desk.send(ping) == [Rediscover()]
+    impostor = generate("x", "server").signing_key()
+    forged = Outbox("server", "srv-1", Ed25519Signer(signer.key_id, impostor))
+    forged.sequence = desk.sequence + 5
+    frames = forged.frames(m.Ping, desk.clock.wall_ms(), node="node-1", rediscover=True)
+    assert desk.send(frames) == []
+    assert desk.intake.inbox.drops["signature"] == 1

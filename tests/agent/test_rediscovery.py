@@ -116,3 +116,14 @@ def test_servers_are_asked_in_turn_and_a_config_starts_over() -> None:
     assert [s.next_server(servers) for _ in range(3)] == ["tcp://a", "tcp://b", "tcp://a"]
     s.configured(config(), clock.monotonic())
     assert s.next_server(servers) == "tcp://a"
+
+
+def test_a_request_makes_it_due_at_once_unless_an_attempt_is_already_due() -> None:
+    clock = FakeClock()
+    s = configured(clock)
+    assert s.request(clock.monotonic())
+    assert s.is_due(clock.monotonic())
+    s.failed("x: rejected: key of n1 is rejected or revoked", clock.monotonic())
+    due = s.due
+    assert not s.request(clock.monotonic())  # the backoff stands: no storm of attempts
+    assert s.due == due

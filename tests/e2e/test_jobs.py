@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+from keys.identity import generate
+from keys.registry import KeyRegistry
+from keys.states import KeyState
 from pushjobs.errors import ApiError, NotFound
 from tests.e2e.conftest import Fleet
 from tests.support import wait_until
@@ -54,8 +57,15 @@ def test_command_not_whitelisted_is_nacked(shared_fleet: Fleet) -> None:
 
 
 def test_quorum_as_percent_runs_on_the_ready_nodes(shared_fleet: Fleet) -> None:
-    job = shared_fleet.start("true", [*shared_fleet.sandbox.nodes, "ghost"], quorum="75%")
-    done = shared_fleet.wait_job(job["job_id"])
+    # A registered node whose agent never came: a valid target, unavailable. Taken out
+    # again: the fleet is shared.
+    registry = KeyRegistry(shared_fleet.sandbox.registry_path)
+    registry.add(generate("absent", "node").public, state=KeyState.ACCEPTED)
+    try:
+        job = shared_fleet.start("true", [*shared_fleet.sandbox.nodes, "absent"], quorum="75%")
+        done = shared_fleet.wait_job(job["job_id"])
+    finally:
+        registry.delete(["absent"])
     assert done["state"] == "complete"
     assert done["summary"] == {"succeeded": 3, "unavailable": 1}
 

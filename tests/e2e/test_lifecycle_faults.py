@@ -125,3 +125,36 @@ def test_a_job_does_not_outlive_its_agent_killed_with_sigkill(fleet: Fleet) -> N
     fleet.wait_online(["node-1"])
     again = fleet.start("true", ["node-1"])
     assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
+
+
+def test_a_key_rejected_then_accepted_brings_its_node_back_within_seconds(fleet: Fleet) -> None:
+    fleet.call("key.reject", {"names": ["node-1"]})
+    fleet.wait_offline("node-1")
+    fleet.call("key.accept", {"names": ["node-1"]})
+    # Its heartbeats under the revoked session are answered with "rediscover"; before, it
+    # stayed offline until its config lifetime (an hour) ran out.
+    fleet.wait_online(["node-1"], timeout_s=15)
+    job = fleet.start("true", ["node-1"])
+    assert fleet.wait_job(job["job_id"])["summary"] == {"succeeded": 1}
+    log = (fleet.root / "logs" / "node-1.log").read_text()
+    assert "rediscovering: the server no longer accepts this node's session" in log
+
+
+def test_a_second_agent_with_a_nodes_key_is_refused_and_reported_not_swapped_in(
+    fleet: Fleet,
+) -> None:
+    first = fleet.node("node-1")
+    fleet.sandbox.start_agent("node-1", process="node-1-again")
+    log = fleet.root / "logs" / "node-1-again.log"
+    wait_until(lambda: "is refused until that one goes silent" in log.read_text(), timeout_s=15)
+    row = fleet.node("node-1")
+    assert row["online"] and row["command_endpoint"] == first["command_endpoint"]
+    assert row["incarnation"] == first["incarnation"]
+    assert row["duplicate"] is not None
+    assert row["duplicate"]["endpoint"] != first["command_endpoint"]
+    server_log = (fleet.root / "logs" / "server.log").read_text()
+    assert "node node-1: a second agent" in server_log
+    assert first["command_endpoint"] in server_log
+    fleet.sandbox.kill("node-1-again", signal.SIGTERM)
+    job = fleet.start("true", ["node-1"])  # the first agent kept the node all along
+    assert fleet.wait_job(job["job_id"])["summary"] == {"succeeded": 1}

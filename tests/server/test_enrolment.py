@@ -53,10 +53,12 @@ class Setup:
         )
         self.replies: list[ConfigReply] = []
 
-    def ask(self, node: PrivateIdentity, endpoint: str = "tcp://127.0.0.1:9") -> ConfigReply:
+    def ask(
+        self, node: PrivateIdentity, endpoint: str = "tcp://127.0.0.1:9", incarnation: str = "i"
+    ) -> ConfigReply:
         request = ConfigRequest(
             sender=node.name,
-            incarnation="i",
+            incarnation=incarnation,
             sequence=1,
             timestamp=T0,
             command_endpoint=endpoint,
@@ -166,3 +168,48 @@ def test_config_lifetime_and_thresholds_come_from_the_servers_settings(tmp_path:
         defaults.liveness.offline_threshold,
         defaults.liveness.online_threshold,
     )
+
+
+def online(setup: Setup, node: str, incarnation: str, endpoint: str) -> None:
+    for now in (0.0, 0.5):  # online_threshold heartbeats
+        setup.nodes.heartbeat(node, incarnation, endpoint, None, None, restarted=False, now=now)
+
+
+def test_a_second_agent_is_refused_while_the_first_is_online_and_named(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, auto_accept=True)
+    node = generate("n1", "node")
+    assert setup.ask(node, "tcp://127.0.0.1:9", "first").status == "accepted"
+    online(setup, "n1", "first", "tcp://127.0.0.1:9")
+    sessions_before = setup.sessions.signer("n1")
+    reply = setup.ask(node, "tcp://127.0.0.1:10", "second")
+    assert reply.status == "denied" and "online at tcp://127.0.0.1:9" in reply.message
+    assert setup.sessions.signer("n1") is sessions_before  # the first keeps its session
+    second = setup.enrolment.duplicate("n1", 1.0)
+    assert second is not None and (second.endpoint, second.incarnation) == (
+        "tcp://127.0.0.1:10",
+        "second",
+    )
+    assert setup.enrolment.duplicate("n1", 1000.0) is None  # shown for a while, not forever
+
+
+def test_the_same_agent_or_a_restart_on_its_own_port_is_admitted(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, auto_accept=True)
+    node = generate("n1", "node")
+    setup.ask(node, "tcp://127.0.0.1:9", "first")
+    online(setup, "n1", "first", "tcp://127.0.0.1:9")
+    assert setup.ask(node, "tcp://127.0.0.1:9", "first").status == "accepted"  # asks again
+    assert setup.ask(node, "tcp://127.0.0.1:9", "restarted").status == "accepted"
+
+
+def test_nodes_under_a_retired_key_are_told_at_their_last_contact_at_most_every_2_s(
+    tmp_path: Path,
+) -> None:
+    setup = Setup(tmp_path, auto_accept=True)
+    node = generate("n1", "node")
+    setup.ask(node, "tcp://127.0.0.1:9")
+    told = setup.enrolment.stale_contacts({"n1", "never-admitted"}, now=10.0)
+    assert [(n, c.endpoint, c.curve) for n, c in told] == [
+        ("n1", "tcp://127.0.0.1:9", node.public.curve_public)
+    ]
+    assert setup.enrolment.stale_contacts({"n1"}, now=11.0) == []
+    assert len(setup.enrolment.stale_contacts({"n1"}, now=12.0)) == 1

@@ -132,3 +132,21 @@ def test_a_user_cannot_sign_as_another_sender(tmp_path: Path) -> None:
     frames = Outbox("bob", "i", signer).frames(ApiRequest, NOW_MS, request_id="r", method="x")
     with pytest.raises(SignatureError, match="does not belong"):
         open_api_frames(frames, RegistryKeys(registry), DEFAULT_LIMITS)
+
+
+def test_a_node_heard_under_a_retired_key_is_noted_once_per_take() -> None:
+    from pushjobs.protocol.framing import open_frames
+
+    sessions = SessionKeys(grace_s=1)
+    revoked = sessions.issue("n1", now=0.0)
+    sessions.revoke("n1")
+    rotated = sessions.issue("n2", now=0.0)
+    sessions.issue("n2", now=0.0)
+    sessions.expire(now=2.0)  # n2's first key is past its grace
+    for node, key in (("n1", revoked), ("n2", rotated), ("n1", revoked)):
+        with pytest.raises(UnknownKey, match="has retired"):
+            open_frames(heartbeat_frames(node, key.key_id, key.secret), sessions.resolve)
+    with pytest.raises(UnknownKey, match="unknown session key"):
+        sessions.resolve("hmac-sha256", "s-never-issued")
+    assert sessions.take_stale() == {"n1", "n2"}
+    assert sessions.take_stale() == set()
