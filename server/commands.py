@@ -100,10 +100,17 @@ class CommandSender:
         frames = seal(message, signer, self.limits)
         self.channels.send_command(info.command_endpoint, curve, frames)
 
+    # Outside a session: signed with the server's own key (the outbox's), for a node that
+    # has no session (any more) that could sign it.
+
     def ping(self, node: str, endpoint: str, curve: str, now_ms: int) -> None:
-        """Tell ``node`` to ask for a config again, signed with the server's own key: the
-        node's session is over, so no session key of it can sign this."""
+        """Tell ``node`` to ask for a config again (its session is over)."""
         frames = self.outbox.frames(Ping, now_ms, node=node, rediscover=True)
+        self.channels.send_command(endpoint, curve, frames)
+
+    def abort_now(self, node: str, job_id: str, endpoint: str, curve: str, now_ms: int) -> None:
+        """Abort ``job_id`` on a node about to be cut off (its key revoked)."""
+        frames = self.outbox.frames(Abort, now_ms, node=node, job_id=job_id)
         self.channels.send_command(endpoint, curve, frames)
 
     def due_again(self, send: Send, beat_ms: int) -> bool:

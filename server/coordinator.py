@@ -266,6 +266,14 @@ class Coordinator:
         snap["version"] = self.versions.get(job_id, 0)
         return snap
 
+    def holding(self, node: str) -> list[str]:
+        """The active jobs in which ``node`` has not finished (it may hold or run them)."""
+        return [
+            job_id
+            for job_id in self._active_by_node.get(node, ())
+            if self.jobs[job_id].nodes[node].state not in TERMINAL_NODE_STATES
+        ]
+
     def targets_pending(self, node: str) -> bool:
         return bool(self._active_by_node.get(node))
 

@@ -240,7 +240,7 @@ class Server:
         self.intake.expire(now, now_ms)
         if now >= self.next_registry:
             for node in self.enrolment.revoked():
-                self.intake.cut_off(node, now, now_ms, "key revoked")
+                self.cut_off(node, now, now_ms)
             self.enrolment.sessions.expire(now)
             self.jobs.forget_sent(now_ms)
             self.next_registry = now + self.config.server.registry_check_s
@@ -248,6 +248,15 @@ class Server:
         if self.next_compact is not None and now >= self.next_compact:
             self.compact()
             self.next_compact = now + self.config.server.compact_every_s
+
+    def cut_off(self, node: str, now: float, now_ms: int) -> None:
+        """A revoked node: its jobs are aborted on it first, so what the job calls crashed
+        is not left running, then it is no longer heard."""
+        contact = self.enrolment.contacts.get(node)
+        if contact is not None:
+            for job_id in self.jobs.coordinator.holding(node):
+                self.sender.abort_now(node, job_id, contact.endpoint, contact.curve, now_ms)
+        self.intake.cut_off(node, now, now_ms, "key revoked")
 
     def renew(self, now: float) -> None:
         if self.leadership.renew(now) is not Lease.TOOK_OVER:

@@ -20,8 +20,8 @@ is told to rediscover (``stale_contacts``, at most once per ``STALE_PING_S``): t
 an agent whose key was rejected and accepted again comes back within seconds.
 
 Revocation runs on the registry's own cadence: when the registry file changed, every
-node holding a session whose key is no longer accepted loses its session and its command
-socket at once, and node intake takes it offline.
+node holding a session whose key is no longer accepted loses its session at once; the
+daemon aborts what it was running and node intake takes it offline.
 
 Killed at any line: the registry file is written by ``KeyRegistry`` (locked, atomic);
 sessions die with the process, and every agent rediscovers the next server.
@@ -259,10 +259,9 @@ class Enrolment:
                 continue
             log.warning("node %s: key no longer accepted; cutting it off", node)
             self.sessions.revoke(node)
-            info = self.nodes.get(node)
-            curve = self.node_curve.pop(node, None)
-            if info is not None and curve is not None:
-                self.channels.forget(info.command_endpoint, curve)
+            # Its command socket stays: the server still tells it to abort its job now,
+            # and to rediscover once its key is accepted again (``contacts``).
+            self.node_curve.pop(node, None)
             gone.append(node)
         return gone
 

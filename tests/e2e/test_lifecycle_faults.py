@@ -158,3 +158,19 @@ def test_a_second_agent_with_a_nodes_key_is_refused_and_reported_not_swapped_in(
     fleet.sandbox.kill("node-1-again", signal.SIGTERM)
     job = fleet.start("true", ["node-1"])  # the first agent kept the node all along
     assert fleet.wait_job(job["job_id"])["summary"] == {"succeeded": 1}
+
+
+def test_a_key_rejected_mid_run_stops_the_command_it_calls_crashed(fleet: Fleet) -> None:
+    job = fleet.start("sleeper", ["node-2"])
+    fleet.wait_node_state(job["job_id"], "node-2", "running")
+    pidfile = fleet.root / "pid-node-2"
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout_s=10)
+    pid = int(pidfile.read_text())
+    try:
+        fleet.call("key.reject", {"names": ["node-2"]})
+        fleet.wait_node_state(job["job_id"], "node-2", "crashed")
+        wait_until(lambda: not running(pid), timeout_s=5)  # was: ran on to its end
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    assert fleet.status(job["job_id"])["nodes"]["node-2"]["reason"] == "key revoked"

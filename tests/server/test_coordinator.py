@@ -199,3 +199,12 @@ def test_a_commit_held_for_a_job_that_no_longer_wants_it_is_aborted() -> None:
     coord.abort("j1", T0 + 2, "test")
     assert coord.stale_commit("n2", "j1", "committed") == Send("abort", "j1", "n2")
     assert coord.stale_commit("n1", "unknown", "committed") == Send("abort", "unknown", "n1")
+
+
+def test_holding_lists_the_active_jobs_a_node_has_not_finished() -> None:
+    coord = Coordinator()
+    submit(coord, "j1", targets=("n1", "n2"), online=("n1", "n2"))
+    submit(coord, "j2", targets=("n1",), online=("n1",))
+    assert coord.holding("n1") == ["j1", "j2"]
+    coord.node_lost("n1", T0 + 1, "gone")
+    assert coord.holding("n1") == [] and coord.holding("n2") == ["j1"]

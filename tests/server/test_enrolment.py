@@ -121,7 +121,7 @@ def test_a_name_registered_as_a_user_is_refused_as_a_node(tmp_path: Path) -> Non
     assert reply.status == "rejected" and "registered as a user" in reply.message
 
 
-def test_a_rejected_key_loses_its_session_and_command_socket_once(tmp_path: Path) -> None:
+def test_a_rejected_key_loses_its_session_once_and_can_still_be_told(tmp_path: Path) -> None:
     setup = Setup(tmp_path, auto_accept=True)
     node = generate("n1", "node")
     setup.ask(node)
@@ -129,7 +129,10 @@ def test_a_rejected_key_loses_its_session_and_command_socket_once(tmp_path: Path
     setup.registry.reject(["n1"])
     assert setup.enrolment.revoked() == ["n1"]
     assert setup.sessions.nodes() == []
-    assert setup.sockets.forgotten == [("tcp://127.0.0.1:9", node.public.curve_public)]
+    assert setup.enrolment.curve_of("n1") is None  # no command goes out in its session
+    contact = setup.enrolment.contacts["n1"]  # but it can be told to abort, and rediscover
+    assert (contact.endpoint, contact.curve) == ("tcp://127.0.0.1:9", node.public.curve_public)
+    assert setup.sockets.forgotten == []
     assert setup.enrolment.revoked() == []  # nothing changed since: no second pass
 
 
