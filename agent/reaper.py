@@ -15,6 +15,11 @@ kills the job within milliseconds. The watchdog: the agent's next write fails; i
 that jobs are no longer protected and carries on (a restarted agent starts a new one).
 Between a job's spawn and its ``+PGID`` line there is a window of one system call in
 which a SIGKILL of the agent leaves that job running.
+
+What it cannot do: a process that leaves the job's process group (``setsid``, a daemon
+that double-forks) escapes both the executor's group kill and the reaper. Only a cgroup
+contains those: run the agent as a systemd service (its default ``KillMode=control-group``
+kills everything the unit started when the agent stops or dies).
 """
 
 from __future__ import annotations
