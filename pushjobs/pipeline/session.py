@@ -21,7 +21,7 @@ from pushjobs.pipeline.settings import ReportSettings
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 # For tests only: C1-only JIT, serial GC and no adaptive execution start small jobs ~25%
-# faster, and make large ones 1.6x slower (measured: ../shared/notes/spark.md).
+# faster, and make large ones 1.6x slower (measured on a 2-core machine).
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
