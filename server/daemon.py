@@ -261,10 +261,12 @@ class Server:
     def renew(self, now: float) -> None:
         if self.leadership.renew(now) is not Lease.TOOK_OVER:
             return
-        awaited = self.jobs.take_over(self.intake.standby_replies, self.clock.wall_ms())
+        live = self.config.liveness
+        grace_s = 3 * live.interval_s * live.offline_threshold + 2.0
+        awaited = self.jobs.take_over(
+            self.intake.standby_replies, self.clock.wall_ms(), round(grace_s * 1000)
+        )
         if awaited is not None:
-            live = self.config.liveness
-            grace_s = 3 * live.interval_s * live.offline_threshold + 2.0
             self.intake.await_nodes(awaited, now + grace_s)
 
     def compact(self) -> None:

@@ -262,6 +262,13 @@ class Job(JobSnapshot):
 
     # --- derived ------------------------------------------------------------------------
 
+    def rearm(self, earliest_ms: int) -> None:
+        """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover)."""
+        if self.state is JobState.VOTING and (self.vote_deadline_ms or 0) < earliest_ms:
+            self.vote_deadline_ms = earliest_ms
+        elif self.state is JobState.RUNNING and (self.run_deadline_ms or 0) < earliest_ms:
+            self.run_deadline_ms = earliest_ms
+
     def next_deadline_ms(self) -> int | None:
         if self.state is JobState.VOTING:
             return self.vote_deadline_ms

@@ -79,11 +79,13 @@ class Jobs:
         self.changes.clear()
         self.sends.clear()
 
-    def take_over(self, standby_replies: deque[Message], now_ms: int) -> set[str] | None:
+    def take_over(
+        self, standby_replies: deque[Message], now_ms: int, grace_ms: int
+    ) -> set[str] | None:
         """Rebuild from the log; the nodes to wait for, or None if deposed at once."""
         found = recover(self.leadership.log, self.topics)
         self.coordinator = self._new_coordinator()
-        done = take_over(self.coordinator, found, standby_replies, now_ms)
+        done = take_over(self.coordinator, found, standby_replies, now_ms, grace_ms)
         self.changes += done.changes
         try:
             self.leadership.append(self.topics.assignments, done.rewrite)

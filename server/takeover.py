@@ -7,6 +7,9 @@ requests no snapshot followed. ``take_over`` turns that into a fresh coordinator
 - a start request the previous leader accepted but never started is ended ``aborted``,
   visibly, rather than started late or forgotten;
 - job replies that arrived while no server led (kept by node intake) are applied;
+- no active job's vote or run deadline falls within ``grace_ms`` of the takeover: its nodes
+  need that long to find the new leader and answer, and a restart alone must not fail a
+  job (a deadline that passed while no server led is moved, not applied at once);
 - every active job is rewritten whole once: a job restored from an older layout (one
   record, or chunks of another size) must not get a header naming chunks never written;
 - the nodes of active jobs still owing a result are listed, for node intake to give them
@@ -49,6 +52,7 @@ def take_over(
     found: Recovered,
     standby_replies: deque[Message],
     now_ms: int,
+    grace_ms: int,
 ) -> Takeover:
     """Fill the (empty) ``coordinator`` from ``found``; what to write and who to wait for."""
     out = Takeover()
@@ -65,6 +69,8 @@ def take_over(
         log.info("applied %d job replies received while standing by", out.replayed)
     active = list(coordinator.active())
     out.active = len(active)
+    for job in active:
+        job.rearm(now_ms + grace_ms)
     out.rewrite = [
         record
         for job in active

@@ -15,6 +15,7 @@ from server.recovery import recover
 from server.takeover import take_over
 
 T0 = 1_700_000_000_000
+GRACE = 8_000
 
 
 def voting_job(job_id: str, names: list[str]) -> Job:
@@ -39,7 +40,7 @@ def test_active_jobs_come_back_with_their_versions_and_their_unfinished_nodes() 
     job.ack_commit("a", T0 + 1)
     log = written_log(job)
     coordinator = Coordinator()
-    done = take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0 + 5)
+    done = take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0 + 5, GRACE)
     assert coordinator.jobs["j1"].state is JobState.VOTING
     assert coordinator.versions["j1"] == 3
     assert done.unfinished_nodes == {"a", "b"}  # ready and new alike still owe a result
@@ -60,7 +61,7 @@ def test_a_start_request_never_started_is_ended_aborted_not_started_late() -> No
         }
     )
     coordinator = Coordinator()
-    done = take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0 + 5)
+    done = take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0 + 5, GRACE)
     job = coordinator.jobs["j2"]
     assert job.state is JobState.ABORTED
     assert job.nodes["a"].reason == "server restarted before the job started"
@@ -71,7 +72,7 @@ def test_a_start_request_never_started_is_ended_aborted_not_started_late() -> No
 def test_a_damaged_start_request_is_reported_and_skipped() -> None:
     log = written_log(unstarted={"type": "start", "job_id": "j3"})
     coordinator = Coordinator()
-    take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0)
+    take_over(coordinator, recover(log, create_standard_topics(log)), deque(), T0, GRACE)
     assert "j3" not in coordinator.jobs
 
 
@@ -82,9 +83,24 @@ def test_replies_kept_while_no_server_led_are_applied_in_order() -> None:
         for n in ("a", "b")
     )
     coordinator = Coordinator()
-    done = take_over(coordinator, recover(log, create_standard_topics(log)), kept, T0 + 5)
+    done = take_over(coordinator, recover(log, create_standard_topics(log)), kept, T0 + 5, GRACE)
     assert not kept
     assert done.replayed == 2
     job = coordinator.jobs["j1"]
     assert job.state is JobState.RUNNING  # both votes counted: quorum met
     assert {r.state for r in job.nodes.values()} == {NodeState.READY}
+
+
+def test_a_deadline_that_passed_while_no_server_led_is_moved_not_applied() -> None:
+    voting = voting_job("j1", ["a", "b"])  # vote deadline T0 + 30 s
+    running = voting_job("j2", ["a"])
+    running.ack_commit("a", T0 + 1)  # quorum met: run deadline T0 + 1 + 1 h
+    log = written_log(voting, running)
+    coordinator = Coordinator()
+    later = T0 + 60_000  # the servers were down for a minute
+    take_over(coordinator, recover(log, create_standard_topics(log)), deque(), later, GRACE)
+    assert coordinator.jobs["j1"].vote_deadline_ms == later + GRACE
+    assert coordinator.jobs["j1"].vote_timeout_ms == 30_000  # the job's own setting stays
+    assert coordinator.jobs["j2"].run_deadline_ms == T0 + 1 + 3_600_000  # far off: kept
+    assert coordinator.tick(later) == []  # nothing fails at the takeover itself
+    assert coordinator.jobs["j1"].state is JobState.VOTING
