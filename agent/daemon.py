@@ -33,6 +33,7 @@ from agent.discovery import session_key
 from agent.intake import BeatNow, CommandIntake, Effect, Hold, Rediscover, Resend
 from agent.journal import Journal
 from agent.launcher import Launcher
+from agent.leftovers import kill_if_same, start_time
 from agent.outbound import Outbound, outcome_reply
 from agent.reaper import Reaper
 from agent.runner import REPLY_TYPES, JobRunner, KillProcess, Remember, Reply, StartProcess
@@ -110,6 +111,7 @@ class Agent:
         self.outbound = Outbound(
             self.name, self.incarnation, self.command_endpoint, self.journal, next_beat=now
         )
+        self._end_leftovers()  # before any work: a node runs one job at a time
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -171,6 +173,7 @@ class Agent:
             kind, fields = outcome_reply(outcome, capture)
             log.info("job %s: %s %s", outcome.job_id, kind, outcome.reason)
             self.outbound.outcome(outcome.job_id, kind, fields, self.clock.wall_ms())
+            self.journal.ended(outcome.job_id)
 
     def _timers(self) -> None:
         now = self.clock.monotonic()
@@ -228,9 +231,20 @@ class Agent:
             failure = {"exit_status": None, "reason": str(exc), "duration_ms": 0}
             self.outbound.outcome(job_id, "failed", failure, self.clock.wall_ms())
             return
+        self.journal.running(job_id, execution.pid, start_time(execution.pid) or 0)
         command = self.launcher.commits[job_id].command
         log.info("job %s: started %s (pid %d)", job_id, command, execution.pid)
         self.outbound.queue(m.Started, {"job_id": job_id, "pid": execution.pid})
+
+    def _end_leftovers(self) -> None:
+        """Kill what a dead predecessor left running (``leftovers.py``), and report it."""
+        for job_id, pgid, started in self.journal.still_running():
+            if kill_if_same(pgid, started):
+                log.warning("job %s: still running from before this agent started; killed", job_id)
+                reason = "the agent died while it ran; killed when the agent restarted"
+                failure = {"exit_status": None, "reason": reason, "duration_ms": 0}
+                self.outbound.outcome(job_id, "failed", failure, self.clock.wall_ms())
+            self.journal.ended(job_id)
 
     # --- config from discovery -----------------------------------------------------------
 

@@ -174,3 +174,44 @@ def test_a_key_rejected_mid_run_stops_the_command_it_calls_crashed(fleet: Fleet)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     assert fleet.status(job["job_id"])["nodes"]["node-2"]["reason"] == "key revoked"
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_job_left_by_an_agent_that_died_with_its_watchdog_is_killed_on_restart(
+    fleet: Fleet,
+) -> None:
+    job = fleet.start("sleeper", ["node-1"])
+    fleet.wait_node_state(job["job_id"], "node-1", "running")
+    pidfile = fleet.root / "pid-node-1"
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout_s=10)
+    pid = int(pidfile.read_text())
+    agent = fleet.sandbox.procs["node-1"].pid
+    before = fleet.node("node-1")["incarnation"]
+    [watchdog] = [c for c in children(agent) if b"-S" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    try:
+        os.kill(watchdog, signal.SIGKILL)  # both die at once: nothing kills the job now
+        wait_until(lambda: not running(watchdog), timeout_s=5)
+        fleet.sandbox.kill("node-1", signal.SIGKILL)
+        assert running(pid)
+        fleet.sandbox.start_agent("node-1")  # it finds the job in its journal first
+        wait_until(lambda: not running(pid), timeout_s=5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    log = (fleet.root / "logs" / "node-1.log").read_text()
+    assert "still running from before this agent started; killed" in log
+    # The new agent (a new command port) is admitted once the dead one has gone silent.
+    wait_until(
+        lambda: (row := fleet.node("node-1"))["online"] and row["incarnation"] != before,
+        timeout_s=20,
+    )
+    again = fleet.start("true", ["node-1"])
+    assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
