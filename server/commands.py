@@ -55,7 +55,8 @@ class CommandSender:
         self.nodes = nodes
         self.curve_of = curve_of
         self.signer_of = signer_of
-        self.asked: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of last command
+        self.asked: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of commit/run
+        self.aborted: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of last abort
         self.counters: Counter[str] = Counter()
 
     def send(self, send: Send, job: Job | None, now_ms: int) -> None:
@@ -72,10 +73,12 @@ class CommandSender:
             return
         # A heartbeat built before this command arrived does not show it yet: no reason
         # to send it again for a while (see ``Coordinator.unreported``). Re-inserted, not
-        # updated: the dict stays oldest-first for ``forget``.
+        # updated: the dicts stay oldest-first for ``forget``. Aborts apart: a commit
+        # just sent must not delay the abort of a job that ended since.
+        stamps = self.aborted if send.kind == "abort" else self.asked
         key = (send.job_id, send.node)
-        self.asked.pop(key, None)
-        self.asked[key] = now_ms
+        stamps.pop(key, None)
+        stamps[key] = now_ms
         message: Message
         if send.kind == "commit" and job is not None:
             opts = job.options
@@ -115,15 +118,17 @@ class CommandSender:
 
     def due_again(self, send: Send, beat_ms: int) -> bool:
         """Whether a heartbeat built at ``beat_ms`` that lacks ``send`` means it was lost."""
-        last = self.asked.get((send.job_id, send.node), -RESEND_AFTER_MS)
+        stamps = self.aborted if send.kind == "abort" else self.asked
+        last = stamps.get((send.job_id, send.node), -RESEND_AFTER_MS)
         return beat_ms - last >= RESEND_AFTER_MS
 
     def forget(self, before_ms: int) -> None:
         """Drop what was sent before ``before_ms``: O(dropped), not O(entries) per pass."""
-        stale = []
-        for key, sent_ms in self.asked.items():
-            if sent_ms >= before_ms:
-                break
-            stale.append(key)
-        for key in stale:
-            del self.asked[key]
+        for stamps in (self.asked, self.aborted):
+            stale = []
+            for key, sent_ms in stamps.items():
+                if sent_ms >= before_ms:
+                    break
+                stale.append(key)
+            for key in stale:
+                del stamps[key]

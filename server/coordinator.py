@@ -210,16 +210,17 @@ class Coordinator:
                     out.append(Send("run", job_id, node))
         return out
 
-    def stale_commit(self, node: str, busy_with: str | None, busy_state: str | None) -> Send | None:
-        """An ``abort`` for a commit a node holds that its job no longer wants; else None.
+    def stale_hold(self, node: str, busy_with: str | None, busy_state: str | None) -> Send | None:
+        """An ``abort`` for a job a node holds or runs that is over for it; else None.
 
         A node that acted on a commit late (it was paused through the vote, or its vote
         came after the job ended) would otherwise stay committed until its own commit
-        timeout, refusing every other job as ``busy``. The job has ended, or ended for
-        this node (crashed, unavailable, quorum lost), or is not known at all (only a job
-        retired long after it ended is): the node is told to let go.
+        timeout, refusing every other job as ``busy``; one that was paused or cut off while
+        it ran is reported ``crashed`` while its command runs on. The job has ended, or
+        ended for this node (crashed, unavailable, quorum lost, timed out), or is not known
+        at all (only a job retired long after it ended is): the node is told to let go.
         """
-        if busy_with is None or busy_state != "committed":
+        if busy_with is None or busy_state not in ("committed", "running"):
             return None
         job = self.jobs.get(busy_with)
         if job is not None and not job.finished:

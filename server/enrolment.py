@@ -9,11 +9,11 @@ and a fresh HMAC session key (``sessions.py``) with which it signs from then on 
 server signs its commands. Its command endpoint and CurveZMQ key are remembered here for
 the command sockets.
 
-One agent per node. A config request from a second agent presenting an online node's key
-(another incarnation at another command endpoint) is denied while the first is online,
-and logged naming both; ``node status`` shows it for a minute. An agent that restarts on
-the same endpoint is the same agent; one that restarts on a new port is admitted once its
-old self has gone silent.
+One agent per node. A config request from a second agent presenting a live node's key
+(another incarnation at another command endpoint, while the first has not missed a
+heartbeat) is denied, and logged naming both; ``node status`` shows it for a minute. An
+agent that restarts on the same endpoint is the same agent; one that restarts on a new
+port is admitted as soon as its old self has missed a heartbeat.
 
 A node heard under a session key that has retired (revoked, or rotated past its grace)
 is told to rediscover (``stale_contacts``, at most once per ``STALE_PING_S``): that is how
@@ -52,6 +52,7 @@ Reply = Callable[[bytes, list[bytes]], None]
 
 STALE_PING_S = 2.0  # a node under a retired key is told again at most this often
 DUPLICATE_SHOWN_S = 60.0  # how long node status names a refused second agent
+LIVE_SILENCE = 1.5  # intervals: an agent silent longer has (most likely) died
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +147,7 @@ class Enrolment:
                 identity, req.sender, status, message, config=None, now_ms=now_ms, reply=reply
             )
             return
-        first = self._online_elsewhere(req)
+        first = self._online_elsewhere(req, now)
         if first is not None:
             log.warning(
                 "node %s: a second agent (incarnation %s at %s) presents its key while the "
@@ -170,13 +171,16 @@ class Enrolment:
         log.info("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
         self._reply(identity, req.sender, "accepted", "", config=config, now_ms=now_ms, reply=reply)
 
-    def _online_elsewhere(self, req: ConfigRequest) -> NodeInfo | None:
-        """The node's online agent if ``req`` comes from another one; None otherwise."""
+    def _online_elsewhere(self, req: ConfigRequest, now: float) -> NodeInfo | None:
+        """The node's live agent if ``req`` comes from another one; None otherwise."""
         info = self.nodes.get(req.sender)
-        if info is None or not self.nodes.is_online(req.sender):
+        status = self.nodes.liveness.status(req.sender)
+        if info is None or status is None or not status.online:
             return None
         if req.incarnation == info.incarnation or req.command_endpoint == info.command_endpoint:
             return None  # the same agent asking again, or a restart on its own port
+        if now - status.last_seen > LIVE_SILENCE * self.config.liveness.interval_s:
+            return None  # it missed a heartbeat: a restart on a new port, not a second agent
         return info
 
     def duplicate(self, node: str, now: float) -> Duplicate | None:

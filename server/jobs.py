@@ -125,7 +125,7 @@ class Jobs:
             return
         coordinator = self.coordinator
         sends = coordinator.unreported(node, busy_with, busy_state)
-        stale = coordinator.stale_commit(node, busy_with, busy_state)
+        stale = coordinator.stale_hold(node, busy_with, busy_state)
         if stale is not None:
             sends.append(stale)
         for send in sends:

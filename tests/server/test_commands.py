@@ -92,9 +92,11 @@ def test_an_abort_needs_no_job_is_stamped_and_stamps_are_forgotten_oldest_first(
     sender.send(Send("abort", "forgotten", "a"), None, T0)  # a job retired long ago
     message = open_frames(channels.sent[0][2], lambda m, k: HmacVerifier(SECRET, owner="server"))
     assert isinstance(message, Abort) and message.job_id == "forgotten"
-    assert sender.asked == {("forgotten", "a"): T0}
+    assert sender.aborted == {("forgotten", "a"): T0} and sender.asked == {}
     assert not sender.due_again(Send("abort", "forgotten", "a"), T0 + 1)
-    sender.asked.clear()
+    assert sender.due_again(Send("run", "forgotten", "a"), T0 + 1)  # a stamp per kind
+    sender.aborted = {("j0", "b"): T0 - 5000, ("forgotten", "a"): T0}  # oldest first
     sender.asked.update({("j0", "a"): T0 - 5000, ("j1", "a"): T0})
     sender.forget(T0 - 1)
     assert list(sender.asked) == [("j1", "a")]
+    assert list(sender.aborted) == [("forgotten", "a")]

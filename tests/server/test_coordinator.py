@@ -186,19 +186,20 @@ def test_finished_jobs_are_also_bounded_by_their_node_rows() -> None:
     assert sorted(coord.jobs) == ["next"]
 
 
-def test_a_commit_held_for_a_job_that_no_longer_wants_it_is_aborted() -> None:
+def test_a_job_held_or_run_by_a_node_it_is_over_for_is_aborted() -> None:
     coord = Coordinator()
     submit(coord, targets=("n1", "n2"), online=("n1", "n2"))
-    assert coord.stale_commit("n1", "j1", "committed") is None  # still voting: wanted
-    assert coord.stale_commit("n1", None, None) is None
+    assert coord.stale_hold("n1", "j1", "committed") is None  # still voting: wanted
+    assert coord.stale_hold("n1", None, None) is None
     coord.node_lost("n1", T0 + 1, "node went offline")  # paused through the vote
     # It wakes, acts on the queued commit and holds it: its job crashed it, so let go.
-    assert coord.stale_commit("n1", "j1", "committed") == Send("abort", "j1", "n1")
-    assert coord.stale_commit("n2", "j1", "committed") is None  # n2 is still in the vote
-    assert coord.stale_commit("n1", "j1", "running") is None  # a running process: not this
+    assert coord.stale_hold("n1", "j1", "committed") == Send("abort", "j1", "n1")
+    assert coord.stale_hold("n2", "j1", "committed") is None  # n2 is still in the vote
+    assert coord.stale_hold("n1", "j1", "running") == Send("abort", "j1", "n1")  # runs on
+    assert coord.stale_hold("n2", "j1", "running") is None  # n2 is not done with it
     coord.abort("j1", T0 + 2, "test")
-    assert coord.stale_commit("n2", "j1", "committed") == Send("abort", "j1", "n2")
-    assert coord.stale_commit("n1", "unknown", "committed") == Send("abort", "unknown", "n1")
+    assert coord.stale_hold("n2", "j1", "committed") == Send("abort", "j1", "n2")
+    assert coord.stale_hold("n1", "unknown", "committed") == Send("abort", "unknown", "n1")
 
 
 def test_holding_lists_the_active_jobs_a_node_has_not_finished() -> None:

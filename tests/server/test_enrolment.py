@@ -54,7 +54,11 @@ class Setup:
         self.replies: list[ConfigReply] = []
 
     def ask(
-        self, node: PrivateIdentity, endpoint: str = "tcp://127.0.0.1:9", incarnation: str = "i"
+        self,
+        node: PrivateIdentity,
+        endpoint: str = "tcp://127.0.0.1:9",
+        incarnation: str = "i",
+        now: float = 0.0,
     ) -> ConfigReply:
         request = ConfigRequest(
             sender=node.name,
@@ -65,7 +69,7 @@ class Setup:
             ed25519_public=b64(node.public.ed25519_public),
             curve_public=node.public.curve_public,
         )
-        self.enrolment.config_request(b"id", request, 0.0, T0, self._reply)
+        self.enrolment.config_request(b"id", request, now, T0, self._reply)
         return self.replies[-1]
 
     def _reply(self, identity: bytes, frames: list[bytes]) -> None:
@@ -216,3 +220,15 @@ def test_nodes_under_a_retired_key_are_told_at_their_last_contact_at_most_every_
     ]
     assert setup.enrolment.stale_contacts({"n1"}, now=11.0) == []
     assert len(setup.enrolment.stale_contacts({"n1"}, now=12.0)) == 1
+
+
+def test_a_new_agent_is_admitted_once_the_online_one_has_missed_a_heartbeat(
+    tmp_path: Path,
+) -> None:
+    setup = Setup(tmp_path, auto_accept=True)
+    node = generate("n1", "node")
+    setup.ask(node, "tcp://127.0.0.1:9", "first")
+    online(setup, "n1", "first", "tcp://127.0.0.1:9")  # last heard at 0.5, interval 1 s
+    assert setup.ask(node, "tcp://127.0.0.1:10", "second", now=1.9).status == "denied"
+    # Still online (3 intervals), but silent for more than 1.5: it died; this is its restart.
+    assert setup.ask(node, "tcp://127.0.0.1:10", "second", now=2.1).status == "accepted"

@@ -1,0 +1,66 @@
+"""Chaos for as long as you like: jobs while the server and agents are killed and paused.
+
+    python bench/chaos.py --minutes 30 --agents 10 [--seed N]
+
+One real server and N real agents on 127.0.0.1; rounds of ``pushjobs/chaos.py`` (a job of
+a random kind, one fault at a random point of its life, then the invariants) until the
+time is up, then the end check (every node back and usable). Prints the machine, the
+rounds, the faults injected, the job outcomes and every invariant violation (there must
+be none); exits 1 if there was one. The seed is printed: the same seed replays the same
+schedule of faults (the timing of real processes still varies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from machine import describe  # bench/ is sys.path[0] when run as a script
+
+from pushjobs.chaos import Chaos
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--quiet", action="store_true", help="no line per round")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    print(describe())
+    print(f"chaos: seed {seed}, {args.agents} agents, {args.minutes:g} minutes")
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
+    with (
+        tempfile.TemporaryDirectory(prefix="pushjobs-chaos-") as tmp,
+        Chaos(Path(tmp) / "fleet", seed=seed, agents=args.agents, say=say) as chaos,
+    ):
+        seen = 0
+        while time.monotonic() < end:
+            chaos.round()
+            for line in chaos.report.violations[seen:]:
+                print(f"  VIOLATION {line}", flush=True)
+            seen = len(chaos.report.violations)
+        chaos.finish()
+        report = chaos.report
+    took = time.monotonic() - started
+    print(f"\nrounds: {report.rounds} in {took / 60:.1f} min")
+    print("faults injected:")
+    for what, n in sorted(report.faults.items()):
+        print(f"  {what:28} {n}")
+    print("job outcomes:")
+    for state, n in sorted(report.outcomes.items()):
+        print(f"  {state:28} {n}")
+    print(f"invariant violations: {len(report.violations)}")
+    for line in report.violations:
+        print(f"  {line}")
+    raise SystemExit(1 if report.violations else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""Chaos: a stream of jobs on a real local fleet while processes are killed and paused.
+
+Theory of operation. A ``Sandbox`` runs one server and N agents on 127.0.0.1. Each round
+starts one job of a random kind (short, long, failing, timing out, aborted) on a random
+set of nodes, and injects one fault drawn from a seeded generator at a random point of
+the job's life (voting, running, finished, idle): SIGKILL and restart, or SIGSTOP for a
+moment then SIGCONT, of the server or of one agent. Then it checks the invariants:
+
+- the job ends (a terminal state) within ``end_within_s``;
+- each (job, node) ran at most once (every command appends to a counter file of its own);
+- a node the job reports ``succeeded`` really ran it (its counter file says so);
+- no process of the job is left once it has ended (none carries its ``PUSHJOBS_JOB_ID``);
+
+and at the end, every node is back online and a job succeeds on all of them. A violation
+is a line naming the seed, the round and what broke, so a failing schedule can be replayed
+with the same seed. Used by ``tests/e2e/test_chaos.py`` (a few rounds, in CI) and
+``bench/chaos.py`` (minutes to hours).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pushjobs.api.client import ApiClient
+from pushjobs.errors import ApiError, PushJobsError, Unreachable
+from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
+
+TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+COUNT = 'echo x >> "$PUSHJOBS_HOME/runs/$PUSHJOBS_JOB_ID.$PUSHJOBS_NODE"'
+WHITELIST = {
+    **DEFAULT_WHITELIST,
+    "chaos-short": f"sh -c '{COUNT}'",
+    "chaos-long": f"sh -c '{COUNT}; sleep 2'",
+    "chaos-fail": f"sh -c '{COUNT}; exit 3'",
+    "chaos-hang": f"sh -c '{COUNT}; exec sleep 60'",
+}
+KINDS = ("short", "long", "fail", "timeout", "abort")
+POINTS = ("vote", "run", "finish", "idle")
+FAULTS = ("kill", "pause")
+
+
+@dataclass
+class Report:
+    seed: int
+    rounds: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+
+class Chaos:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        seed: int,
+        agents: int = 5,
+        end_within_s: float = 60.0,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.report = Report(seed)
+        self.end_within_s = end_within_s
+        self.say = say
+        names = [f"node-{i}" for i in range(1, agents + 1)]
+        self.sandbox = Sandbox(root, nodes=names, whitelist=WHITELIST).prepare()
+        (self.sandbox.root / "runs").mkdir(exist_ok=True)
+        self._client: ApiClient | None = None
+
+    # --- the fleet ---------------------------------------------------------------------
+
+    def __enter__(self) -> Chaos:
+        try:
+            self.sandbox.start_server()
+            self.sandbox.start_agents()
+            self._until(lambda: all(r["online"] for r in self._nodes()), 30, "fleet online")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        for proc in self.sandbox.procs.values():  # a paused process ignores SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                if proc.alive():
+                    os.kill(proc.pid, signal.SIGCONT)
+        self.sandbox.stop()
+        for pid in self._job_pids(None):  # whatever a violation left behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """One API call; None while the server is down or not yet leading."""
+        if self._client is None:
+            sb = self.sandbox
+            self._client = ApiClient.from_files(
+                sb.api, sb.keys_dir / "server.pub", sb.keys_dir / f"{sb.user}.key", timeout_s=3
+            )
+        try:
+            return self._client.call(method, params or {})
+        except Unreachable:
+            self._client.close()
+            self._client = None
+            return None
+        except ApiError as exc:
+            if exc.code == "not_leader":
+                return None
+            raise
+
+    # --- one round ---------------------------------------------------------------------
+
+    def round(self) -> None:
+        self.report.rounds += 1
+        n = self.report.rounds
+        kind = self.rng.choice(KINDS)
+        point, fault = self.rng.choice(POINTS), self.rng.choice(FAULTS)
+        victim = self.rng.choice(["server", *self.sandbox.nodes])
+        targets = self.rng.sample(self.sandbox.nodes, self.rng.randint(1, len(self.sandbox.nodes)))
+        label = (
+            f"seed {self.report.seed} round {n}: "
+            f"{kind} on {len(targets)}, {fault} {victim} at {point}"
+        )
+        self.say(label)
+        job_id = self._start(kind, targets)
+        if job_id is None:
+            self.report.violations.append(f"{label}: the job could not be started")
+            return
+        self._reach(job_id, point)
+        self._fault(victim, fault)
+        self._count(f"{fault} {'server' if victim == 'server' else 'agent'} at {point}")
+        if kind == "abort":
+            with contextlib.suppress(PushJobsError):
+                self.call("job.abort", {"job_id": job_id})
+        self._check(label, job_id)
+
+    def _start(self, kind: str, targets: list[str]) -> str | None:
+        command = {"short": "chaos-short", "long": "chaos-long", "fail": "chaos-fail"}.get(
+            kind, "chaos-hang"
+        )
+        params: dict[str, Any] = {"command": command, "nodes": targets, "quorum": "1"}
+        params["timeout_s"] = 1.0 if kind == "timeout" else 30.0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            result = self.call("job.start", params)
+            if result is not None:
+                return str(result["job"]["job_id"])
+            time.sleep(0.05)  # the server is restarting: poll until it leads
+        return None
+
+    def _reach(self, job_id: str, point: str) -> None:
+        """Wait (bounded) until the job is at ``point`` of its life, or close to it."""
+        wanted = {"vote": {"voting"}, "run": {"running"}, "finish": TERMINAL, "idle": TERMINAL}
+        with contextlib.suppress(TimeoutError):
+            self._until(lambda: self._state(job_id) in wanted[point], 10, point)
+
+    def _fault(self, victim: str, fault: str) -> None:
+        proc = self.sandbox.procs[victim]
+        if fault == "pause":
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(self.rng.uniform(0.2, 2.0))  # the pause is the fault itself
+            os.kill(proc.pid, signal.SIGCONT)
+            return
+        before = self._incarnation(victim)
+        self.sandbox.kill(victim, signal.SIGKILL)
+        if victim == "server":
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            self.sandbox.start_server()
+            return
+        self.sandbox.start_agent(victim)
+        # Restarted on a new command port: in once its old self has missed a heartbeat.
+        try:
+            self._until(lambda: self._incarnation(victim) not in (None, before), 30, "back")
+        except TimeoutError:
+            self.report.violations.append(f"seed {self.report.seed}: {victim} not back")
+
+    # --- invariants ---------------------------------------------------------------------
+
+    def _check(self, label: str, job_id: str) -> None:
+        try:
+            self._until(lambda: self._state(job_id) in TERMINAL, self.end_within_s, "end")
+        except TimeoutError:
+            self.report.violations.append(
+                f"{label}: job {job_id} not ended after {self.end_within_s:g} s"
+            )
+            return
+        job = self.call("job.status", {"job_id": job_id})
+        if job is None:
+            return
+        job = job["job"]
+        self._count_outcome(job["state"])
+        for node, row in job["nodes"].items():
+            runs = self._runs(job_id, node)
+            if runs > 1:
+                self.report.violations.append(f"{label}: {node} ran job {job_id} {runs} times")
+            if row["state"] == "succeeded" and runs != 1:
+                self.report.violations.append(f"{label}: {node} reported succeeded, ran {runs}")
+        try:
+            self._until(lambda: not self._job_pids(job_id), 10, "no process left")
+        except TimeoutError:
+            pids = self._job_pids(job_id)
+            self.report.violations.append(f"{label}: processes {pids} of ended job {job_id} left")
+
+    def finish(self) -> None:
+        """Every node back online, idle and usable: the last invariant."""
+
+        def usable() -> bool:
+            return all(r["online"] and not r.get("job_id") for r in self._nodes())
+
+        try:
+            self._until(usable, 60, "nodes online and idle")
+        except TimeoutError:
+            stuck = [r["name"] for r in self._nodes() if not r["online"] or r.get("job_id")]
+            self.report.violations.append(f"seed {self.report.seed} end: not usable {stuck}")
+            return
+        job_id = self._start("short", list(self.sandbox.nodes))
+        ok = job_id is not None
+        if job_id is not None:
+            with contextlib.suppress(TimeoutError):
+                self._until(lambda: self._state(job_id) in TERMINAL, 30, "last job")
+            job = self.call("job.status", {"job_id": job_id})
+            ok = job is not None and job["job"]["summary"] == {"succeeded": len(self.sandbox.nodes)}
+        if not ok:
+            self.report.violations.append(f"seed {self.report.seed} end: a job on all failed")
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _state(self, job_id: str) -> str | None:
+        with contextlib.suppress(PushJobsError):
+            result = self.call("job.status", {"job_id": job_id, "nodes": False})
+            return None if result is None else str(result["job"]["state"])
+        return None
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        with contextlib.suppress(PushJobsError):
+            result = self.call("node.status", {"nodes": list(self.sandbox.nodes)})
+            if result is not None:
+                return list(result["nodes"])
+        return [{"name": n, "online": False} for n in self.sandbox.nodes]
+
+    def _incarnation(self, node: str) -> str | None:
+        """The incarnation of ``node``'s agent while it is online; None otherwise."""
+        for row in self._nodes():
+            if row["name"] == node and row["online"]:
+                return str(row.get("incarnation"))
+        return None
+
+    def _runs(self, job_id: str, node: str) -> int:
+        path = self.sandbox.root / "runs" / f"{job_id}.{node}"
+        return path.read_text().count("x") if path.exists() else 0
+
+    def _job_pids(self, job_id: str | None) -> list[int]:
+        """Processes carrying this job's id (any job of this sandbox's if None)."""
+        home = f"PUSHJOBS_HOME={self.sandbox.root}".encode()
+        wanted = None if job_id is None else f"PUSHJOBS_JOB_ID={job_id}".encode()
+        found = []
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                env = environ.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            in_a_job = any(v.startswith(b"PUSHJOBS_JOB_ID=") for v in env)
+            if home in env and in_a_job and (wanted is None or wanted in env):
+                found.append(int(environ.parent.name))
+        return found
+
+    def _until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(what)
+            time.sleep(0.05)  # polls real processes, bounded by timeout_s
+
+    def _count(self, what: str) -> None:
+        self.report.faults[what] = self.report.faults.get(what, 0) + 1
+
+    def _count_outcome(self, state: str) -> None:
+        self.report.outcomes[state] = self.report.outcomes.get(state, 0) + 1
