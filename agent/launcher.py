@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agent.executor import Execution, Outcome
-from agent.reaper import Reaper
+from agent.reaper import TAG_VARIABLE, Reaper
 from pushjobs.errors import ExecutionError
 from pushjobs.protocol import messages as m
 
@@ -64,6 +64,8 @@ class Launcher:
         env.update(opts.env)
         env["PUSHJOBS_JOB_ID"] = job_id
         env["PUSHJOBS_NODE"] = self.node
+        if self.reaper is not None:
+            env[TAG_VARIABLE] = self.reaper.tag
         try:
             if opts.file is not None:
                 write_payload(opts.file)

@@ -7,14 +7,15 @@ that a signal to the agent's process group does not reach it, and keeps the writ
 its stdin. The agent tells it each job's process group as the job starts (``+PGID``) and
 when the job has ended (``-PGID``). The watchdog only reads: when its stdin reports
 end-of-file the agent is gone, however it went, and every group still registered is
-killed with SIGKILL. Then the watchdog exits. It ignores SIGINT, SIGTERM and SIGHUP: a
+killed with SIGKILL; so is every process whose environment carries this agent's tag
+(``PUSHJOBS_AGENT_TAG``, set for every job), which covers a job spawned in the instant
+before its ``+PGID`` line (the chaos bench killed agents in that instant). Then the
+watchdog exits. It ignores SIGINT, SIGTERM and SIGHUP: a
 Ctrl-C meant for the agent lets the agent end its job itself first.
 
 Killed at any line. The agent: the kernel closes its end of the pipe and the watchdog
 kills the job within milliseconds. The watchdog: the agent's next write fails; it logs
 that jobs are no longer protected and carries on (a restarted agent starts a new one).
-Between a job's spawn and its ``+PGID`` line there is a window of one system call in
-which a SIGKILL of the agent leaves that job running.
 
 What it cannot do: a process that leaves the job's process group (``setsid``, a daemon
 that double-forks) escapes both the executor's group kill and the reaper. Only a cgroup
@@ -27,14 +28,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import subprocess
 import sys
 
 log = logging.getLogger("pushjobs.agent")
 
+TAG_VARIABLE = "PUSHJOBS_AGENT_TAG"
+
 # The watchdog's whole program; ``python -S -c`` runs it with no import beyond os/signal.
 WATCHDOG = r"""
-import os, signal
+import os, signal, sys
+tag = ("PUSHJOBS_AGENT_TAG=" + sys.argv[1]).encode()
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
 groups, pending = set(), b""
@@ -54,13 +59,24 @@ for pgid in groups:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        with open("/proc/" + pid + "/environ", "rb") as f:
+            tagged = tag in f.read().split(b"\0")
+        if tagged:
+            os.kill(int(pid), signal.SIGKILL)
+    except OSError:
+        pass
 """
 
 
 class Reaper:
     def __init__(self) -> None:
+        self.tag = secrets.token_hex(8)  # in every job's environment (``TAG_VARIABLE``)
         self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", WATCHDOG],
+            [sys.executable, "-S", "-c", WATCHDOG, self.tag],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from agent.launcher import Launcher
-from agent.reaper import Reaper
+from agent.reaper import TAG_VARIABLE, Reaper
 from pushjobs.errors import ExecutionError
 from pushjobs.protocol import messages as m
 from tests.support import wait_until
@@ -41,6 +42,22 @@ def test_when_the_agent_is_gone_registered_groups_die_and_released_ones_live(gro
     wait_until(lambda: not alive(kept), timeout_s=5)
     assert alive(released)
     assert reaper._proc.returncode == 0  # the watchdog exited after its work
+
+
+def test_a_job_spawned_before_it_was_registered_is_killed_by_its_tag() -> None:
+    reaper = Reaper()
+    env = {**os.environ, TAG_VARIABLE: reaper.tag}
+    other = {**os.environ, TAG_VARIABLE: "another-agent"}
+    tagged = subprocess.Popen(["sleep", "60"], start_new_session=True, env=env)
+    foreign = subprocess.Popen(["sleep", "60"], start_new_session=True, env=other)
+    try:
+        reaper.close()  # the agent died between the spawn and its "+PGID" line
+        wait_until(lambda: not alive(tagged), timeout_s=5)
+        assert alive(foreign)  # another agent's job is not this watchdog's business
+    finally:
+        for proc in (tagged, foreign):
+            proc.kill()
+            proc.wait()
 
 
 def test_garbage_on_the_pipe_changes_nothing(groups) -> None:
