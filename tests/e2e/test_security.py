@@ -40,6 +40,9 @@ def test_revoked_node_is_cut_off(fleet: Fleet) -> None:
     assert fleet.status(job["job_id"])["nodes"]["node-1"]["reason"] == "key revoked"
     fleet.wait_offline("node-1")
     fleet.call("job.abort", {"job_id": job["job_id"]})
+    fleet.wait_job(job["job_id"])
+    # node-2 is free again once its aborted command is gone (a slow machine takes a while).
+    wait_until(lambda: fleet.node("node-2")["job_id"] is None, timeout_s=10)
     later = fleet.start("true", ["node-1", "node-2"], quorum="1")
     done = fleet.wait_job(later["job_id"])
     assert done["nodes"]["node-1"]["state"] == "unavailable"
