@@ -97,14 +97,15 @@ class Enrolment:
         self.server_incarnation = server_incarnation
         self.heartbeat_endpoint = heartbeat_endpoint
         self.reply_endpoint = reply_endpoint
-        self.node_curve: dict[str, str] = {}
         self.checked_entries: tuple[Entry, ...] | None = None
         self.contacts: dict[str, Contact] = {}  # kept after revocation: to tell the node
         self.pinged: dict[str, float] = {}
         self.duplicates: dict[str, Duplicate] = {}
 
     def curve_of(self, node: str) -> str | None:
-        return self.node_curve.get(node)
+        """The node's CurveZMQ key while it has a session (commands go out in it)."""
+        contact = self.contacts.get(node)
+        return contact.curve if contact is not None and self.sessions.has(node) else None
 
     # --- discovery ------------------------------------------------------------------------
 
@@ -206,11 +207,9 @@ class Enrolment:
     def _admit(self, req: ConfigRequest, now: float) -> NodeConfig:
         session = self.sessions.issue(req.sender, now)
         self.nodes.register(req.sender, req.command_endpoint, req.facts, req.tags)
-        old_curve = self.node_curve.get(req.sender)
-        info = self.nodes.get(req.sender)
-        if old_curve is not None and old_curve != req.curve_public and info is not None:
-            self.channels.forget(info.command_endpoint, old_curve)
-        self.node_curve[req.sender] = req.curve_public
+        old = self.contacts.get(req.sender)
+        if old is not None and old.curve != req.curve_public:
+            self.channels.forget(old.endpoint, old.curve)  # a re-keyed node: its old socket
         self.contacts[req.sender] = Contact(req.command_endpoint, req.curve_public)
         live, proto = self.config.liveness, self.config.protocol
         return NodeConfig(
@@ -265,7 +264,6 @@ class Enrolment:
             self.sessions.revoke(node)
             # Its command socket stays: the server still tells it to abort its job now,
             # and to rediscover once its key is accepted again (``contacts``).
-            self.node_curve.pop(node, None)
             gone.append(node)
         return gone
 
