@@ -44,7 +44,7 @@ from keys import files
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.errors import ConfigError, ExecutionError
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.framing import Limits
+from pushjobs.protocol.framing import MAX_BODY_CEILING, Limits
 from pushjobs.protocol.signing import HmacSigner
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 
@@ -83,7 +83,9 @@ class Agent:
         assert section.server_key is not None  # checked by the config
         self.server = files.load_public(section.server_key)
         self.incarnation = secrets.token_hex(8)
-        self.transport = Transport()
+        # Commands are as large as the server's configured body limit, unknown until
+        # discovery; only the server's key passes the ZAP check of the command socket.
+        self.transport = Transport(max_message_bytes=MAX_BODY_CEILING + 4096)
         self.command = self.transport.socket(
             "pull",
             bind=section.command_bind,

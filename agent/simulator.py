@@ -51,7 +51,7 @@ from agent.trust import trust_server, trust_sessions
 from keys.identity import PublicIdentity
 from pushjobs.errors import TransportError
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.framing import Limits, parse_header
+from pushjobs.protocol.framing import MAX_BODY_CEILING, Limits, parse_header
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.signing import HMAC_SHA256, HmacVerifier, Verifier
 from pushjobs.simkeys import DEFAULT_PREFIX, DEFAULT_SEED, SimKeys, node_name
@@ -98,7 +98,7 @@ class Simulator:
         ]
         self.by_name = {node.name: node for node in self.nodes}
         curve = CurveKeys(keys.curve_public, keys.curve_secret)
-        self.transport = Transport()
+        self.transport = Transport(max_message_bytes=MAX_BODY_CEILING + 4096)
         server = settings.server
         self.command = self.transport.socket(
             "pull",

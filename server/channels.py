@@ -1,18 +1,25 @@
 """The server's sockets (DESIGN section 3) and its pool of per-endpoint command sockets.
 
     API        ROUTER, bound, CurveZMQ server (any client key: the registry decides)
-    heartbeat  PUB, bound, signed not encrypted
+    heartbeat  XPUB, bound, signed not encrypted; only the empty subscription is applied
     replies    PULL, bound, CurveZMQ server admitting accepted node keys only (ZAP)
     commands   PUSH per distinct (endpoint, node curve key), connect, CurveZMQ client
 
 A command socket is created on first use and kept; sends never block (NOBLOCK): a full
 queue means the node is not reading, and the job's deadlines deal with it.
+
+Anyone may connect to the heartbeat socket (it carries nothing secret), so a plain PUB
+would keep every subscription a stranger sends, for as long as the server runs. The XPUB
+in manual mode hands subscriptions to the loop instead (``subscriptions``): the empty
+one, all an agent sends, is applied; anything else is counted and dropped, and a frame
+longer than a subscription gets its sender disconnected by libzmq.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from collections.abc import Callable
 
 import zmq
@@ -23,6 +30,8 @@ from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 COMMAND_HWM = 100_000  # one endpoint may serve many nodes (a simulator, a multi-agent host)
 REPLY_HWM = 100_000
 API_HWM = 10_000
+SUBSCRIPTION_MAX_BYTES = 64  # an agent sends one byte; a stranger gets disconnected
+SUBSCRIPTIONS_PER_TURN = 10_000
 
 
 def advertised(endpoint: str, host: str) -> str:
@@ -47,14 +56,19 @@ class Channels:
         heartbeat_bind: str,
         reply_bind: str,
         node_allowed: Callable[[str], bool],
+        drops: Counter[str] | None = None,
     ) -> None:
         self.transport = transport
         self.curve = curve
+        self.drops: Counter[str] = drops if drops is not None else Counter()
         self.api = transport.socket(
             "router", bind=api_bind, hwm=API_HWM, curve_server=curve, allowed_clients=_any
         )
         self.api.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.heartbeat = transport.socket("pub", bind=heartbeat_bind, hwm=16)
+        self.heartbeat = transport.socket(
+            "xpub", bind=heartbeat_bind, hwm=16, max_message_bytes=SUBSCRIPTION_MAX_BYTES
+        )
+        self.heartbeat.setsockopt(zmq.XPUB_MANUAL, 1)
         self.replies = transport.socket(
             "pull",
             bind=reply_bind,
@@ -101,6 +115,27 @@ class Channels:
         # No subscriber keeping up is no reason to wait: the next beat replaces this one.
         with contextlib.suppress(zmq.Again):
             self.heartbeat.send_multipart(frames, zmq.NOBLOCK)
+
+    def subscriptions(self) -> None:
+        """Apply the empty subscription for whoever sent it; count and drop the rest.
+
+        In manual mode a subscription takes effect only when the loop sets it, and it
+        applies to the subscriber whose message was read last: so each is handled at once.
+        """
+        for _ in range(SUBSCRIPTIONS_PER_TURN):
+            try:
+                message = self.heartbeat.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:
+                self.drops["subscription"] += 1
+                return
+            if message == b"\x01":
+                self.heartbeat.setsockopt(zmq.SUBSCRIBE, b"")
+            elif message == b"\x00":
+                self.heartbeat.setsockopt(zmq.UNSUBSCRIBE, b"")
+            else:
+                self.drops["subscription"] += 1
 
     def reply(self, identity: bytes, frames: list[bytes]) -> None:
         # A client that is gone times out on its side.

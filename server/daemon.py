@@ -95,7 +95,11 @@ class Server:
         )
         soft, hard = raise_open_files(section.max_open_files)
         log.info("open-file limit %d (hard limit %d)", soft, hard)
-        self.transport = Transport()
+        # A frame larger than the protocol admits gets its sender disconnected by libzmq.
+        self.transport = Transport(
+            max_message_bytes=max(proto.max_header_bytes, proto.max_body_bytes)
+        )
+        api_drops: Counter[str] = Counter()
         self.channels = Channels(
             self.transport,
             CurveKeys(identity.public.curve_public, identity.curve_secret),
@@ -103,6 +107,7 @@ class Server:
             heartbeat_bind=section.heartbeat_bind,
             reply_bind=section.reply_bind,
             node_allowed=partial(node_key_accepted, zap_registry),
+            drops=api_drops,
         )
         bound = self.channels.endpoints()
         heartbeat_endpoint = advertised(bound["heartbeat"], section.advertise_host)
@@ -156,7 +161,6 @@ class Server:
         )
         self.watches = Watches()
         self.responder = Responder(api_outbox)
-        api_drops: Counter[str] = Counter()
         self.backend = ServerBackend(
             name=self.name,
             incarnation=self.incarnation,
@@ -191,6 +195,7 @@ class Server:
         poller = zmq.Poller()
         poller.register(self.channels.replies, zmq.POLLIN)
         poller.register(self.channels.api, zmq.POLLIN)
+        poller.register(self.channels.heartbeat, zmq.POLLIN)
         self.renew(self.clock.monotonic())
         endpoints = self.channels.endpoints()
         self.out.write(
@@ -215,6 +220,8 @@ class Server:
         if self.channels.api in ready:
             for frames in drain(self.channels.api, BATCH):
                 self.api.receive(frames, now, now_ms)
+        if self.channels.heartbeat in ready:
+            self.channels.subscriptions()
         self.timers()
         self.flush()
 

@@ -56,7 +56,7 @@ class ApiClient:
             return verifier
 
         self._inbox = Inbox(resolve, MAX_SKEW_S, REPLY_LIMITS)
-        self._transport = Transport()
+        self._transport = Transport(max_message_bytes=REPLY_LIMITS.max_body_bytes + 4096)
         self._socket: zmq.Socket[bytes] | None = None
 
     @classmethod

@@ -24,6 +24,9 @@ from pushjobs.protocol.signing import METHODS, SIGNATURE_BYTES, Signer, Verifier
 
 VERSION: Final = "PJ1"
 FRAME_COUNT: Final = 3
+# No installation may configure a larger body (``ProtocolSettings``): the frame limit of a
+# socket that must accept whatever its server was configured to send.
+MAX_BODY_CEILING: Final = 64 * 1024 * 1024
 MAX_KEY_ID_CHARS: Final = 128
 _KEY_ID_CHARS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@:+/=-"

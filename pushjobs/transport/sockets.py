@@ -4,6 +4,11 @@ where the channel needs it, and zmq errors translated to ``TransportError`` here
 A ``Transport`` owns one zmq context and, when any socket is a CurveZMQ server with an
 allow-list, one ZAP authenticator thread. ``close()`` closes every socket it made and
 terminates the context; with linger 0 that cannot hang.
+
+Every socket also sets ``ZMQ_MAXMSGSIZE``: a peer that sends a frame larger than the
+limit is disconnected by libzmq before the frame is allocated whole, so no frame limit of
+the protocol can be outrun by sending one huge frame (the protocol's own size checks run
+only after the frame has been received).
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ KINDS = {
     "pull": zmq.PULL,
     "router": zmq.ROUTER,
     "dealer": zmq.DEALER,
+    "xpub": zmq.XPUB,
 }
+
+# The default frame limit: the protocol's default body limit (64 KiB) and a little more.
+# Daemons pass their configured limit; only the API client, whose replies may be large
+# lists, goes higher.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 + 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +47,10 @@ class CurveKeys:
 
 
 class Transport:
-    def __init__(self) -> None:
+    def __init__(self, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        if max_message_bytes <= 0:
+            raise TransportError("max_message_bytes must be positive")
+        self.max_message_bytes = max_message_bytes
         self.context = zmq.Context()
         self._sockets: list[zmq.Socket[bytes]] = []
         self._auth: ZapHandler | None = None
@@ -55,12 +69,14 @@ class Transport:
         server_public: str | None = None,
         subscribe: bytes | None = b"",
         identity: bytes | None = None,
+        max_message_bytes: int | None = None,
     ) -> zmq.Socket[bytes]:
         """A configured socket, bound and/or connected.
 
         ``curve_server`` makes it a CurveZMQ server; with ``allowed_clients`` only clients
         whose public key passes the check get through (ZAP). ``curve_client`` with
-        ``server_public`` makes it a CurveZMQ client of that server.
+        ``server_public`` makes it a CurveZMQ client of that server. ``max_message_bytes``
+        overrides the transport's frame limit for this socket.
         """
         try:
             sock: zmq.Socket[bytes] = self.context.socket(KINDS[kind])
@@ -71,6 +87,8 @@ class Transport:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, hwm)
             sock.setsockopt(zmq.RCVHWM, hwm)
+            limit = self.max_message_bytes if max_message_bytes is None else max_message_bytes
+            sock.setsockopt(zmq.MAXMSGSIZE, limit)
             if identity is not None:
                 sock.setsockopt(zmq.IDENTITY, identity)
             if curve_server is not None:

@@ -126,7 +126,7 @@ def test_drain_takes_a_batch_without_blocking(transport):
 
 
 def test_drain_keeps_every_part_of_each_message(transport):
-    pull = transport.socket("pull", bind=ANY_PORT)
+    pull = transport.socket("pull", bind=ANY_PORT, max_message_bytes=1 << 20)
     push = transport.socket("push", connect=bound_endpoint(pull))
     sent = [
         [b"one"],

@@ -1,0 +1,106 @@
+"""Frame limits and the heartbeat socket's subscriptions, on real sockets over 127.0.0.1.
+
+What a stranger can send must not cost memory: a frame above the socket's limit gets its
+sender disconnected before it is delivered, and the server's heartbeat socket applies no
+subscription but the empty one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import zmq
+
+from pushjobs.errors import TransportError
+from pushjobs.transport.sockets import DEFAULT_MAX_MESSAGE_BYTES, Transport, bound_endpoint
+from server.channels import Channels
+from tests.support import curve_keys, wait_until
+
+ANY_PORT = "tcp://127.0.0.1:*"
+
+
+@pytest.fixture
+def transport():
+    t = Transport(max_message_bytes=1024)
+    yield t
+    t.close()
+
+
+def _recv(sock: zmq.Socket, timeout_ms: int = 5000) -> list[bytes] | None:
+    if not sock.poll(timeout_ms):
+        return None
+    return sock.recv_multipart()
+
+
+def test_every_socket_carries_the_transport_limit_or_its_own(transport):
+    assert transport.socket("pull", bind=ANY_PORT).getsockopt(zmq.MAXMSGSIZE) == 1024
+    own = transport.socket("pull", bind=ANY_PORT, max_message_bytes=77)
+    assert own.getsockopt(zmq.MAXMSGSIZE) == 77
+    with Transport() as default:
+        sock = default.socket("push", connect="tcp://127.0.0.1:9")
+        assert sock.getsockopt(zmq.MAXMSGSIZE) == DEFAULT_MAX_MESSAGE_BYTES
+
+
+def test_a_frame_above_the_limit_is_never_delivered(transport):
+    pull = transport.socket("pull", bind=ANY_PORT)
+    endpoint = bound_endpoint(pull)
+    with Transport(max_message_bytes=10 * 1024 * 1024) as sender:
+        big = sender.socket("push", connect=endpoint)
+        big.send_multipart([b"x" * (4 * 1024 * 1024)])
+        small = sender.socket("push", connect=endpoint)
+        small.send_multipart([b"after"])
+        assert _recv(pull) == [b"after"]
+        assert _recv(pull, timeout_ms=200) is None  # the big frame was dropped, not queued
+
+
+def test_a_limit_must_be_positive():
+    with pytest.raises(TransportError):
+        Transport(max_message_bytes=0)
+
+
+def _channels(transport: Transport, drops: Counter[str]) -> Channels:
+    return Channels(
+        transport,
+        curve_keys(),
+        api_bind=ANY_PORT,
+        heartbeat_bind=ANY_PORT,
+        reply_bind=ANY_PORT,
+        node_allowed=lambda key: True,
+        drops=drops,
+    )
+
+
+def test_the_heartbeat_socket_applies_only_the_empty_subscription():
+    drops: Counter[str] = Counter()
+    hostile = zmq.Context()
+    try:
+        with Transport() as server, Transport() as client:
+            channels = _channels(server, drops)
+            endpoint = channels.endpoints()["heartbeat"]
+            agent = client.socket("sub", connect=endpoint)  # subscribes to b""
+            picky = client.socket("sub", connect=endpoint, subscribe=b"PJ1")
+            spam = hostile.socket(zmq.XSUB)
+            spam.setsockopt(zmq.LINGER, 0)
+            spam.connect(endpoint)
+            for n in range(50):
+                spam.send(b"\x01" + n.to_bytes(4, "big") * 8)
+
+            def delivered() -> bool:
+                channels.subscriptions()
+                channels.publish([b"beat"])
+                return agent.poll(20) != 0
+
+            wait_until(delivered, timeout_s=10)
+            assert agent.recv_multipart() == [b"beat"]
+            # The picky subscription was never applied: nothing reaches that subscriber.
+            assert picky.poll(200) == 0
+
+            def counted() -> bool:
+                channels.subscriptions()
+                return drops["subscription"] >= 51
+
+            wait_until(counted, timeout_s=10)
+            spam.close()
+    finally:
+        hostile.term()
