@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +32,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--quiet", action="store_true", help="no line per round")
     args = parser.parse_args()
+    # A plain kill would skip the clean-up below and leave ten agents and a server behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(describe())
     print(f"chaos: seed {seed}, {args.agents} agents, {args.minutes:g} minutes")
