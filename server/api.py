@@ -135,7 +135,10 @@ class ApiFront:
             self.responder.error(identity, req.request_id, exc.code, str(exc), now_ms)
             return
         if result is WATCH:
-            self.watches.park(identity, req, now)
+            try:
+                self.watches.park(identity, req, now)
+            except ApiError as exc:  # over a cap: refused now, not parked
+                self.responder.error(identity, req.request_id, exc.code, str(exc), now_ms)
             return
         self.responder.ok(identity, req.request_id, result, now_ms)
 

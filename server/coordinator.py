@@ -77,6 +77,9 @@ class Coordinator:
         # Jobs not finished, in creation order: every loop turn asks for their deadlines,
         # and up to ``keep_finished`` finished jobs must not make each turn O(jobs).
         self._active: dict[str, Job] = {}
+        # Jobs whose version moved (or that were forgotten) since ``take_touched``: parked
+        # watches look at these only, so a turn costs O(changed jobs), not O(watches).
+        self.touched: set[str] = set()
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -249,6 +252,7 @@ class Coordinator:
         """Put back a job read from the log (recovery)."""
         self._add(job)
         self.versions[job.job_id] = version
+        self.touched.add(job.job_id)
         self._index(job, job.nodes)
         if job.finished:
             self._retire(job.job_id)
@@ -266,6 +270,11 @@ class Coordinator:
         snap = self.jobs[job_id].snapshot(nodes=nodes)
         snap["version"] = self.versions.get(job_id, 0)
         return snap
+
+    def take_touched(self) -> set[str]:
+        """The jobs changed or forgotten since the last call."""
+        touched, self.touched = self.touched, set()
+        return touched
 
     def holding(self, node: str) -> list[str]:
         """The active jobs in which ``node`` has not finished (it may hold or run them)."""
@@ -285,11 +294,13 @@ class Coordinator:
         if not job.finished:
             self._active[job.job_id] = job
         self.versions.setdefault(job.job_id, 0)
+        self.touched.add(job.job_id)
 
     def _after(self, job: Job, changes: list[Change]) -> None:
         if not changes:
             return
         self.versions[job.job_id] = self.versions.get(job.job_id, 0) + 1
+        self.touched.add(job.job_id)
         if job.finished:
             self._index(job, job.nodes)
             self._retire(job.job_id)
@@ -327,6 +338,7 @@ class Coordinator:
             if gone is not None:
                 self._finished_nodes -= len(gone.nodes)
             self.versions.pop(old, None)
+            self.touched.add(old)
             for key in [k for k in self.outputs if k[0] == old]:
                 del self.outputs[key]
 

@@ -77,8 +77,11 @@ UNAUTHORIZED: Final = "unauthorized"
 NOT_FOUND: Final = "not_found"
 NOT_LEADER: Final = "not_leader"
 CONFLICT: Final = "conflict"
+BUSY: Final = "busy"  # a per-client or server-wide cap is reached: retry later
 INTERNAL: Final = "internal"
-CODES: Final = frozenset({BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, NOT_LEADER, CONFLICT, INTERNAL})
+CODES: Final = frozenset(
+    {BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, NOT_LEADER, CONFLICT, BUSY, INTERNAL}
+)
 
 
 def allowed(role: str | None, method: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pushjobs.api import methods
+from pushjobs.errors import ApiError
 from pushjobs.protocol.codec import decode
 from pushjobs.protocol.messages import ApiReply, ApiRequest
 from pushjobs.protocol.outbox import Outbox
@@ -15,11 +16,13 @@ from server.watches import Watches
 T0 = 1_700_000_000_000
 
 
-def request(job_id: str, version: int, wait_s: float = 10.0, rid: str = "r1") -> ApiRequest:
+def request(
+    job_id: str, version: int, wait_s: float = 10.0, rid: str = "r1", incarnation: str = "i"
+) -> ApiRequest:
     params = {"job_id": job_id, "version": version, "wait_s": wait_s}
     return ApiRequest(
         sender="alice",
-        incarnation="i",
+        incarnation=incarnation,
         sequence=1,
         timestamp=T0,
         request_id=rid,
@@ -88,3 +91,77 @@ def test_a_watch_on_a_job_this_server_does_not_know_is_answered_not_found() -> N
     assert not reply.ok and reply.error is not None
     assert reply.error.code == methods.NOT_FOUND
     assert reply.error.message == "no job 'gone'"
+
+
+def _responder() -> Responder:
+    return Responder(Outbox("server", "inc", HmacSigner("k", b"s" * 32)))
+
+
+def test_watches_over_the_per_client_cap_are_refused_busy_and_others_still_park() -> None:
+    coord, watches = coordinator_with_job(), Watches(max_per_client=2, max_total=3)
+    version = coord.versions["j1"]
+    watches.park(b"id", request("j1", version, rid="1"), now=0.0)
+    watches.park(b"id", request("j1", version, rid="2"), now=0.0)
+    try:
+        watches.park(b"id", request("j1", version, rid="3"), now=0.0)
+    except ApiError as exc:
+        assert exc.code == methods.BUSY and "2 per client" in str(exc)
+    else:
+        raise AssertionError("a third watch of one client was parked")
+    watches.park(b"id2", request("j1", version, rid="4", incarnation="other"), now=0.0)
+    try:
+        watches.park(b"id3", request("j1", version, rid="5", incarnation="third"), now=0.0)
+    except ApiError as exc:
+        assert exc.code == methods.BUSY and "3 on this server" in str(exc)
+    else:
+        raise AssertionError("a watch over the server's total was parked")
+    assert watches.count == 3 and watches.refused == 2
+    responder = _responder()
+    coord.abort("j1", T0 + 1, "stop")
+    watches.answer(coord, 1.0, T0, responder)
+    assert sorted(r.request_id for r in replies(responder)) == ["1", "2", "4"]
+    # Answered watches free their slots.
+    assert watches.count == 0 and watches.per_client == {}
+    watches.park(b"id", request("j1", coord.versions["j1"], rid="6"), now=2.0)
+    assert watches.count == 1
+
+
+def test_a_turn_looks_only_at_the_jobs_that_changed() -> None:
+    coord, watches = coordinator_with_job(), Watches(max_per_client=10_000, max_total=10_000)
+    version = coord.versions["j1"]
+    for n in range(5_000):
+        watches.park(b"id", request("j1", version, rid=str(n)), now=0.0)
+    responder = _responder()
+    watches.answer(coord, 0.5, T0, responder)  # the first turn sees the new coordinator
+    # Later turns with nothing changed must not touch any watch: make them unanswerable
+    # (a view of them would raise) and check nothing was looked at.
+    coord.take_touched()
+    del coord.versions["j1"]
+    watches.answer(coord, 1.0, T0, responder)
+    assert replies(responder) == [] and watches.count == 5_000
+
+
+def test_a_forgotten_job_answers_its_watches_not_found() -> None:
+    coord, watches = Coordinator(keep_finished=1), Watches()
+    for job_id in ("j1", "j2"):
+        coord.submit(
+            job_id,
+            "true",
+            ["a"],
+            ["a"],
+            T0,
+            quorum=Quorum(),
+            vote_timeout_ms=1000,
+            run_timeout_ms=5000,
+            options={},
+            requested_by="alice",
+        )
+    responder = _responder()
+    coord.abort("j1", T0 + 1, "stop")
+    watches.park(b"id", request("j1", coord.versions["j1"]), now=0.0)
+    watches.answer(coord, 0.1, T0, responder)
+    assert replies(responder) == []
+    coord.abort("j2", T0 + 2, "stop")  # j1, the older finished job, is forgotten
+    watches.answer(coord, 0.2, T0, responder)
+    [reply] = replies(responder)
+    assert reply.error is not None and reply.error.code == methods.NOT_FOUND
