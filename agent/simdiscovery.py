@@ -128,7 +128,7 @@ class DiscoveryPipeline:
         outbox = self.outboxes.get(node.name)
         if outbox is None or outbox.incarnation != node.incarnation:
             signer = Ed25519Signer(
-                fingerprint.key_id(identity.public.ed25519_public), identity.signing_key()
+                fingerprint.self_key_id(identity.public.ed25519_public), identity.signing_key()
             )
             outbox = self.outboxes[node.name] = Outbox(node.name, node.incarnation, signer)
         return outbox.frames(

@@ -62,8 +62,9 @@ class Upstream:
         self.tags = tuple(config.agent.tags)
         curve = CurveKeys(identity.public.curve_public, identity.curve_secret)
         # Config requests are signed with the node's own identity key: it has no other yet.
+        # The header carries the public key, so the server verifies before it decodes.
         signer = Ed25519Signer(
-            fingerprint.key_id(identity.public.ed25519_public), identity.signing_key()
+            fingerprint.self_key_id(identity.public.ed25519_public), identity.signing_key()
         )
         outbox = Outbox(identity.name, incarnation, signer)
         self.discovery = Discovery(transport, identity, server, outbox)

@@ -27,3 +27,23 @@ def fingerprint(public_raw: bytes) -> str:
 def key_id(public_raw: bytes) -> str:
     """A short id for wire headers: the first 16 hex digits of the raw key's SHA-256."""
     return hashlib.sha256(public_raw).hexdigest()[:16]
+
+
+SELF_PREFIX = "pub:"
+
+
+def self_key_id(public_raw: bytes) -> str:
+    """The key id of a self-signed message: the public key itself, so a receiver that does
+    not know the sender can verify the signature before it reads the body."""
+    return SELF_PREFIX + base64.b64encode(public_raw).decode("ascii")
+
+
+def public_of_self_key_id(kid: str) -> bytes | None:
+    """The 32-byte public key a self key id carries; None if ``kid`` is not one."""
+    if not kid.startswith(SELF_PREFIX):
+        return None
+    try:
+        raw = base64.b64decode(kid[len(SELF_PREFIX) :], validate=True)
+    except ValueError:
+        return None
+    return raw if len(raw) == 32 else None

@@ -2,24 +2,24 @@
 
 Users and known nodes sign API messages with their Ed25519 identity key; the header names
 the key id, and the registry holds the public key. A node that is not in the registry yet
-cannot be looked up, so its ``ConfigRequest`` is *self-signed*: the body carries the public
-key, and the message is accepted only if that key hashes to the header's key id and
-verifies the signature. That proves the sender holds the private key, which is all
-enrolment needs: the registry then decides (pending, accepted, rejected, denied).
+cannot be looked up, so its ``ConfigRequest`` is *self-signed*: the header's key id is the
+public key itself (``fingerprint.self_key_id``), the signature is verified with it before
+the body is decoded, and the message is accepted only if it is a config request carrying
+that same key. That proves the sender holds the private key, which is all enrolment needs:
+the registry then decides (pending, accepted, rejected, denied). A stranger's bytes are
+never parsed before their signature holds.
 """
 
 from __future__ import annotations
 
-import binascii
-from base64 import b64decode
+from base64 import b64decode, b64encode
 from collections.abc import Sequence
 
 from keys import fingerprint
 from keys.entry import Entry
 from keys.registry import KeyRegistry
 from keys.states import KeyState
-from pushjobs.errors import MalformedMessage, SignatureError, UnknownKey
-from pushjobs.protocol.codec import decode
+from pushjobs.errors import SignatureError, UnknownKey
 from pushjobs.protocol.framing import FRAME_COUNT, Limits, open_frames, parse_header
 from pushjobs.protocol.messages import ConfigRequest, Message
 from pushjobs.protocol.signing import ED25519, Verifier, ed25519_verifier
@@ -64,27 +64,18 @@ def open_api_frames(frames: Sequence[bytes], keys: RegistryKeys, limits: Limits)
 
 
 def open_self_signed(frames: Sequence[bytes], limits: Limits) -> ConfigRequest:
-    _, kid = parse_header(frames[0])
-    if len(frames[1]) > limits.max_body_bytes:
-        return _raise_unknown(kid)
-    message = decode(frames[1])  # bounded above; only a config request may carry its key
-    if not isinstance(message, ConfigRequest):
-        return _raise_unknown(kid)
-    try:
-        public = b64decode(message.ed25519_public, validate=True)
-    except (binascii.Error, ValueError):
-        raise MalformedMessage("ed25519_public is not base64") from None
-    if len(public) != 32 or fingerprint.key_id(public) != kid:
-        raise SignatureError("the key in the config request does not match the header's key id")
-    verifier = ed25519_verifier(public, owner=message.sender)
+    method, kid = parse_header(frames[0])
+    public = fingerprint.public_of_self_key_id(kid)
+    if public is None or method != ED25519:
+        raise UnknownKey(f"unknown key id {kid[:32]!r}")
+    verifier = ed25519_verifier(public)
 
     def resolve(method: str, key_id: str) -> Verifier:
         return verifier
 
-    verified = open_frames(frames, resolve, limits)
-    assert isinstance(verified, ConfigRequest)
-    return verified
-
-
-def _raise_unknown(kid: str) -> ConfigRequest:
-    raise UnknownKey(f"unknown key id {kid[:32]!r}")
+    message = open_frames(frames, resolve, limits)  # the signature before the body
+    if not isinstance(message, ConfigRequest):
+        raise UnknownKey("only a config request may be self-signed")
+    if message.ed25519_public != b64encode(public).decode("ascii"):
+        raise SignatureError("the key in the config request does not match the header's key")
+    return message

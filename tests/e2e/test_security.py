@@ -61,7 +61,6 @@ def test_garbage_on_every_server_socket_is_dropped_and_counted(shared_fleet: Fle
         [b"garbage"],
         [b"PJ1 hmac-sha256 nokey", b"{}"],
         [b"PJ1 hmac-sha256 nokey", b"{}", b"x" * 32, b"extra"],
-        [b"PJ1 hmac-sha256 nokey", b"x" * (70 * 1024), b"x" * 32],
         [b"\xff" * 3000, b"{}", b"x" * 32],
         [b"PJ1 ed25519 0123456789abcdef", b'{"type":"api_request"}', os.urandom(64)],
     ]
@@ -78,6 +77,17 @@ def test_garbage_on_every_server_socket_is_dropped_and_counted(shared_fleet: Fle
             curve_client=stranger,
             server_public=server.public.curve_public,
         )
+        # A frame above the body limit gets its sender disconnected by libzmq before the
+        # server sees it (ZMQ_MAXMSGSIZE): sent on sockets of their own, it never counts.
+        for endpoint, kind in ((sandbox.reply, "push"), (sandbox.api, "dealer")):
+            huge = transport.socket(
+                kind,
+                connect=endpoint,
+                curve_client=stranger,
+                server_public=server.public.curve_public,
+                max_message_bytes=1 << 20,
+            )
+            huge.send_multipart([b"PJ1 hmac-sha256 nokey", b"x" * (70 * 1024), b"x" * 32])
         for frames in junk:
             pull.send_multipart(frames)
             api.send_multipart(frames)

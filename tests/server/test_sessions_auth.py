@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from keys.fingerprint import key_id
+from keys.fingerprint import key_id, self_key_id
 from keys.identity import b64, generate
 from keys.registry import KeyRegistry
 from keys.states import KeyState
@@ -67,7 +67,7 @@ def test_ed25519_is_not_a_session_method() -> None:
 
 def _config_request(identity, sender: str | None = None, public: bytes | None = None):
     pub = public if public is not None else identity.public.ed25519_public
-    signer = Ed25519Signer(key_id(identity.public.ed25519_public), identity.signing_key())
+    signer = Ed25519Signer(self_key_id(identity.public.ed25519_public), identity.signing_key())
     return Outbox(sender or identity.name, "inc", signer).frames(
         ConfigRequest,
         NOW_MS,
@@ -91,6 +91,35 @@ def test_self_signed_request_must_carry_the_key_it_is_signed_with(tmp_path: Path
         open_api_frames(
             _config_request(node, public=other.public.ed25519_public), keys, DEFAULT_LIMITS
         )
+
+
+def test_a_self_signed_body_is_not_decoded_before_its_signature_holds(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    node = generate("n1", "node")
+    header, _body, signature = _config_request(node)
+    # Garbage that would fail to decode: a signature failure proves the order of checks.
+    with pytest.raises(SignatureError):
+        open_api_frames([header, b"{not json", signature], keys, DEFAULT_LIMITS)
+
+
+def test_only_a_config_request_may_be_self_signed(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    user = generate("mallory", "user")
+    signer = Ed25519Signer(self_key_id(user.public.ed25519_public), user.signing_key())
+    frames = Outbox("mallory", "i", signer).frames(
+        ApiRequest, NOW_MS, request_id="r", method="job.list"
+    )
+    with pytest.raises(UnknownKey, match="only a config request"):
+        open_api_frames(frames, keys, DEFAULT_LIMITS)
+
+
+def test_a_self_key_id_that_is_not_a_key_is_unknown(tmp_path: Path) -> None:
+    keys = RegistryKeys(KeyRegistry(tmp_path / "reg.json"))
+    node = generate("n1", "node")
+    _header, body, signature = _config_request(node)
+    for kid in (b"pub:AAAA", b"pub:QUJDRA==", b"0123456789abcdef"):
+        with pytest.raises(UnknownKey):
+            open_api_frames([b"PJ1 ed25519 " + kid, body, signature], keys, DEFAULT_LIMITS)
 
 
 def test_unknown_user_api_request_is_an_unknown_key(tmp_path: Path) -> None:
