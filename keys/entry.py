@@ -32,6 +32,9 @@ class Entry:
     state: KeyState
     created_ms: int
     updated_ms: int
+    attempts: int = 1
+    """Denied entries only: how many times the name was presented with another key (the
+    entry keeps the last key seen); one entry per name, however many keys are tried."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.state, KeyState):
@@ -75,8 +78,12 @@ class Entry:
 
     @classmethod
     def from_json(cls, data: object) -> Entry:
-        if not isinstance(data, dict) or set(data) != set(_FIELDS):
+        # Registries written before ``attempts`` existed have every other field.
+        if not isinstance(data, dict) or set(data) - {"attempts"} != set(_REQUIRED):
             raise KeyFileError(f"an entry must be an object with exactly: {', '.join(_FIELDS)}")
+        attempts = data.get("attempts", 1)
+        if type(attempts) is not int or attempts < 1:
+            raise KeyFileError("entry field 'attempts' must be a positive integer")
         for key in ("name", "kind", "ed25519_public", "curve_public", "fingerprint", "state"):
             if not isinstance(data[key], str):
                 raise KeyFileError(f"entry field {key!r} must be a string")
@@ -100,7 +107,9 @@ class Entry:
             state=state,
             created_ms=data["created_ms"],
             updated_ms=data["updated_ms"],
+            attempts=attempts,
         )
 
 
 _FIELDS = tuple(f.name for f in fields(Entry))
+_REQUIRED = tuple(name for name in _FIELDS if name != "attempts")

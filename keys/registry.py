@@ -4,8 +4,13 @@
 
 - an unknown name becomes a new ``pending`` entry (``accepted`` with auto-accept);
 - a known name with its own keys gets its current state, and nothing changes;
-- a known name with other keys is recorded once as a separate ``denied`` entry (keyed by
-  name and keys), the name's entry is left exactly as it was, and ``denied`` is returned.
+- a known name with other keys is folded into the name's one ``denied`` entry (the last
+  keys seen, how many attempts, when), the name's main entry is left exactly as it was,
+  and ``denied`` is returned. However many keys a stranger tries under a name, the
+  registry holds one denied entry for it.
+
+``record`` does the same for many presentations in one write: the server batches what it
+learns from unknown keys instead of rewriting the file once per key.
 
 "The keys" are the Ed25519 and the CurveZMQ public key together: the node talks over
 CurveZMQ, so a known Ed25519 key with a new CurveZMQ key is not the same identity.
@@ -18,7 +23,7 @@ nothing. Times come from ``now_ms`` when given, else from the registry's clock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from keys.entry import ROLES, Entry, check_role
@@ -28,9 +33,29 @@ from keys.store import RegistryFile
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.errors import KeyFileError, KeyStateError, UnknownIdentity
 
-__all__ = ["ROLES", "TRANSITIONS", "Action", "Entry", "KeyRegistry", "KeyState", "transition"]
+__all__ = [
+    "ROLES",
+    "TRANSITIONS",
+    "Action",
+    "Entry",
+    "KeyRegistry",
+    "KeyState",
+    "Presented",
+    "transition",
+]
 
 Entries = list[Entry]  # the method ``list`` below would shadow the builtin in annotations
+States = list[KeyState]
+
+
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """Keys a node presented: ``auto_accept`` for a new name, ``attempts`` when several
+    presentations of other keys under a known name were folded into one."""
+
+    public: PublicIdentity
+    auto_accept: bool = False
+    attempts: int = 1
 
 
 class KeyRegistry:
@@ -168,23 +193,39 @@ class KeyRegistry:
     ) -> KeyState:
         """A node shows up with these keys: record it if new, and return its state."""
         public = PublicIdentity(name, check_kind(kind), ed25519_pub, curve_pub)
-        # Known keys are the common case (every reconnect): answer them without the lock.
-        main = self.find(name)
-        if main is not None and main.same_key(public):
-            return main.state
-        known = _known_state(self._file.read(), public)
+        known = self.known(public)
         if known is not None:
             return known
+        return self.record([Presented(public, auto_accept)], now_ms=now_ms)[0]
+
+    def known(self, public: PublicIdentity) -> KeyState | None:
+        """The state of these keys if ``present`` would record nothing for them; else None."""
+        # Known keys are the common case (every reconnect): answer them without the lock.
+        main = self.find(public.name)
+        if main is not None and main.same_key(public):
+            return main.state
+        return _known_state(self._file.read(), public)
+
+    def record(
+        self, presented: Sequence[Presented], *, now_ms: int | None = None
+    ) -> States:
+        """Record many presentations in one write; the state each got."""
+        at = self._now(now_ms)
+        states: list[KeyState] = []
         with self._file.edit() as entries:
-            known = _known_state(entries, public)
-            if known is not None:
-                return known
-            if _main(entries, name) is not None:
-                state = KeyState.DENIED
-            else:
-                state = KeyState.ACCEPTED if auto_accept else KeyState.PENDING
-            entries.append(Entry.new(public, state, None, self._now(now_ms)))
-            return state
+            for item in presented:
+                public = item.public
+                known = _known_state(entries, public)
+                if known is not None:
+                    states.append(known)
+                elif _main(entries, public.name) is not None:
+                    _fold_denied(entries, public, at, item.attempts)
+                    states.append(KeyState.DENIED)
+                else:
+                    state = KeyState.ACCEPTED if item.auto_accept else KeyState.PENDING
+                    entries.append(Entry.new(public, state, None, at))
+                    states.append(state)
+        return states
 
     def accept(self, names: Iterable[str], *, now_ms: int | None = None) -> Entries:
         return self._move(names, Action.ACCEPT, self._now(now_ms))
@@ -237,6 +278,23 @@ def _main(entries: Iterable[Entry], name: str) -> Entry | None:
         if entry.name == name and entry.state is not KeyState.DENIED:
             return entry
     return None
+
+
+def _fold_denied(entries: list[Entry], public: PublicIdentity, now_ms: int, tries: int) -> None:
+    """Fold more attempts under ``public.name`` into the name's one denied entry."""
+    mine = [
+        i for i, e in enumerate(entries) if e.name == public.name and e.state is KeyState.DENIED
+    ]
+    if not mine:
+        entries.append(replace(Entry.new(public, KeyState.DENIED, None, now_ms), attempts=tries))
+        return
+    first = entries[mine[0]]
+    # Registries from before folding may hold several: they become one.
+    attempts = sum(entries[i].attempts for i in mine) + tries
+    fresh = Entry.new(public, KeyState.DENIED, None, now_ms)
+    entries[mine[0]] = replace(fresh, created_ms=first.created_ms, attempts=attempts)
+    for i in reversed(mine[1:]):
+        del entries[i]
 
 
 def _known_state(entries: Sequence[Entry], public: PublicIdentity) -> KeyState | None:

@@ -65,7 +65,8 @@ class ApiFront:
         self.leadership = leadership
         self.watches = watches
 
-    def receive(self, frames: list[bytes], now: float, now_ms: int) -> None:
+    def receive(self, frames: list[bytes], now: float, now_ms: int, *, source: str = "") -> None:
+        """One API message; ``source`` is the sender's network address."""
         if len(frames) < 2:
             self.drops["frame"] += 1
             return
@@ -81,7 +82,9 @@ class ApiFront:
             self.drops[reason_for(exc)] += 1
             return
         if isinstance(message, ConfigRequest):
-            self.enrolment.config_request(identity, message, now, now_ms, self.responder.queue)
+            self.enrolment.config_request(
+                identity, message, now, now_ms, self.responder.queue, source=source
+            )
         elif isinstance(message, ApiRequest):
             self._request(identity, message, now, now_ms)
         else:

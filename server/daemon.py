@@ -42,7 +42,7 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import ServerHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
-from pushjobs.transport.sockets import CurveKeys, Transport, drain
+from pushjobs.transport.sockets import CurveKeys, Transport, drain, drain_from
 from server.api import ApiFront
 from server.backend import ServerBackend
 from server.channels import Channels, advertised, raise_open_files
@@ -218,8 +218,8 @@ class Server:
         else:
             self.intake.idle()
         if self.channels.api in ready:
-            for frames in drain(self.channels.api, BATCH):
-                self.api.receive(frames, now, now_ms)
+            for frames, peer in drain_from(self.channels.api, BATCH):
+                self.api.receive(frames, now, now_ms, source=peer)
         if self.channels.heartbeat in ready:
             self.channels.subscriptions()
         self.timers()
@@ -290,6 +290,9 @@ class Server:
     def flush(self) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
         self.jobs.flush(now_ms)
+        # New keys first: a node admitted this turn must pass the reply channel's ZAP
+        # check (it reads the registry file) once its config reply reaches it.
+        self.enrolment.admission.flush(now, force=self.stopping)
         self.watches.answer(self.jobs.coordinator, now, now_ms, self.responder)
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)

@@ -35,12 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from keys.entry import Entry
-from keys.identity import PrivateIdentity, b64
+from keys.identity import PrivateIdentity, PublicIdentity, b64
 from keys.registry import KeyRegistry
 from keys.states import KeyState
 from pushjobs.errors import KeyFileError
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
+from server.admission import Admission, Refused
 from server.channels import Channels
 from server.nodes import NodeInfo, NodeTable
 from server.sessions import SessionKeys
@@ -101,6 +102,13 @@ class Enrolment:
         self.contacts: dict[str, Contact] = {}  # kept after revocation: to tell the node
         self.pinged: dict[str, float] = {}
         self.duplicates: dict[str, Duplicate] = {}
+        section = config.server
+        self.admission = Admission(
+            registry,
+            auto_accept=section.auto_accept,
+            max_pending=section.max_pending_keys,
+            max_per_source=section.max_pending_per_source,
+        )
 
     def curve_of(self, node: str) -> str | None:
         """The node's CurveZMQ key while it has a session (commands go out in it)."""
@@ -110,20 +118,37 @@ class Enrolment:
     # --- discovery ------------------------------------------------------------------------
 
     def config_request(
-        self, identity: bytes, req: ConfigRequest, now: float, now_ms: int, reply: Reply
+        self,
+        identity: bytes,
+        req: ConfigRequest,
+        now: float,
+        now_ms: int,
+        reply: Reply,
+        *,
+        source: str = "",
     ) -> None:
+        """Answer a node's config request; ``source`` is its network address (for caps)."""
         status: str
         try:
             entry = self.registry.find(req.sender)
             if entry is not None and entry.kind != "node":
                 raise KeyFileError(f"{req.sender} is registered as a {entry.kind}, not a node")
-            state = self.registry.present(
-                req.sender,
-                "node",
-                b64decode(req.ed25519_public),
-                req.curve_public,
-                auto_accept=self.config.server.auto_accept,
+            public = PublicIdentity(
+                req.sender, "node", b64decode(req.ed25519_public), req.curve_public
             )
+            decided = self.admission.decide(public, source, now)
+            if isinstance(decided, Refused):
+                self._reply(
+                    identity,
+                    req.sender,
+                    "refused",
+                    decided.reason,
+                    config=None,
+                    now_ms=now_ms,
+                    reply=reply,
+                )
+                return
+            state = decided
             status = state.value
         except (KeyFileError, ValueError) as exc:
             self._reply(
@@ -143,7 +168,7 @@ class Enrolment:
                 "rejected": f"key of {req.sender} is rejected or revoked",
                 "denied": f"another key is registered for {req.sender}; this one is denied",
             }[status]
-            log.info("config request from %s: %s", req.sender, status)
+            log.debug("config request from %s: %s", req.sender, status)
             self._reply(
                 identity, req.sender, status, message, config=None, now_ms=now_ms, reply=reply
             )

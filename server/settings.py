@@ -15,7 +15,9 @@
     [log]       backend, path, bootstrap_servers, topic_prefix, ...
 
 Every key has a default, so a file is optional; ``PUSHJOBS_SERVER__API_BIND=...`` and the
-like override it.
+like override it. Without ``--config``, ``/etc/pushjobs/server.toml`` is read when present
+(``$PUSHJOBS_CONFIG_DIR`` moves ``/etc/pushjobs``). A bind with port ``*``
+(``tcp://127.0.0.1:*``) takes any free port; the ready line names the one bound.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from pushjobs.config import LivenessSettings, ProtocolSettings
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
 
+CONFIG_FILE = "server.toml"
+"""Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSection:
@@ -44,6 +49,11 @@ class ServerSection:
     reply_bind: str = "tcp://127.0.0.1:7702"
     advertise_host: str = ""
     auto_accept: bool = False
+    max_pending_keys: int = 1000
+    """Unknown node keys waiting for an admin, at most; more are refused until some are
+    accepted, rejected or deleted (anyone with the server's public key can ask)."""
+    max_pending_per_source: int = 100
+    """Pending keys one network address may add (a host rarely runs more agents)."""
     config_lifetime_s: float = 3600.0
     """How long a node's config (and its session key) lasts before it asks again."""
     leader_session_s: float = 5.0
@@ -68,6 +78,10 @@ class ServerSection:
             yield "compact_every_s", "must not be negative (0 turns it off)"
         if self.registry_check_s <= 0:
             yield "registry_check_s", "must be greater than 0"
+        if self.max_pending_keys < 1:
+            yield "max_pending_keys", "must be at least 1"
+        if self.max_pending_per_source < 1:
+            yield "max_pending_per_source", "must be at least 1"
 
     def key_path(self) -> Path:
         return self.key_file if self.key_file is not None else paths.keys_dir() / f"{self.name}.key"

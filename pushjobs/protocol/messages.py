@@ -192,7 +192,8 @@ class Ping(Message):
 
 # --- config discovery (node <-> server over the CurveZMQ API channel) --------------------
 
-KeyStatus = Literal["accepted", "pending", "rejected", "denied"]
+# refused: not recorded at all (enrolment is full); the node may ask again later.
+KeyStatus = Literal["accepted", "pending", "rejected", "denied", "refused"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

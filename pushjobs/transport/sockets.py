@@ -157,6 +157,33 @@ def bound_endpoint(sock: zmq.Socket[Any]) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def drain_from(sock: zmq.Socket[bytes], limit: int) -> list[tuple[list[bytes], str]]:
+    """Like ``drain``, each message with its sender's network address ("" if unknown).
+
+    The address is what a per-source cap counts: a ROUTER's routing id changes with every
+    reconnection, the peer's address does not.
+    """
+    batch: list[tuple[list[bytes], str]] = []
+    recv = sock.recv
+    try:
+        while len(batch) < limit:
+            frame = recv(zmq.NOBLOCK, copy=False)
+            parts = [frame.bytes]
+            try:
+                peer = str(frame.get("Peer-Address"))
+            except zmq.ZMQError:
+                peer = ""
+            while frame.more:
+                frame = recv(zmq.NOBLOCK, copy=False)
+                parts.append(frame.bytes)
+            batch.append((parts, peer))
+    except zmq.Again:
+        pass
+    except zmq.ZMQError as exc:
+        raise TransportError(f"receive failed: {exc}") from exc
+    return batch
+
+
 def drain(sock: zmq.Socket[bytes], limit: int) -> list[list[bytes]]:
     """Up to ``limit`` queued multipart messages without blocking: one wakeup, many messages."""
     # recv_multipart asks the socket for RCVMORE through an option lookup per part; the

@@ -93,15 +93,48 @@ def test_present_same_ed25519_key_with_another_curve_key_is_denied(registry):
     assert registry.by_curve_key(original.curve_public).name == "a"
 
 
-def test_each_impostor_key_is_its_own_denied_entry(registry):
+def test_impostor_keys_fold_into_one_denied_entry_per_name(registry):
     present(registry, pub("a"))
-    first, second = pub("a"), pub("a")
-    present(registry, first)
-    present(registry, second)
-    assert {e.fingerprint for e in registry.list(KeyState.DENIED)} == {
-        first.fingerprint,
-        second.fingerprint,
+    tries = [pub("a") for _ in range(5)]
+    for key in tries:
+        assert present(registry, key) is KeyState.DENIED
+    assert present(registry, tries[-1]) is KeyState.DENIED  # the last one: no new attempt
+    [denied] = registry.list(KeyState.DENIED)
+    assert denied.name == "a" and denied.fingerprint == tries[-1].fingerprint
+    assert denied.attempts == 5
+    assert len(registry.list()) == 2
+
+
+def test_record_writes_many_presentations_at_once(registry, tmp_path):
+    from keys.registry import Presented
+
+    original = pub("a")
+    present(registry, original)
+    before = registry.path.stat().st_mtime_ns
+    states = registry.record(
+        [Presented(pub("b")), Presented(pub("c"), auto_accept=True), Presented(pub("a"))]
+    )
+    assert states == [KeyState.PENDING, KeyState.ACCEPTED, KeyState.DENIED]
+    assert registry.path.stat().st_mtime_ns > before
+    assert {e.name: e.state for e in registry.list() if e.state is not KeyState.DENIED} == {
+        "a": KeyState.PENDING,
+        "b": KeyState.PENDING,
+        "c": KeyState.ACCEPTED,
     }
+
+
+def test_a_registry_written_before_attempts_existed_still_loads(registry):
+    import orjson
+
+    present(registry, pub("a"))
+    doc = orjson.loads(registry.path.read_bytes())
+    for item in doc["entries"]:
+        del item["attempts"]
+    registry.path.write_bytes(orjson.dumps(doc))
+    from keys.registry import KeyRegistry
+
+    [entry] = KeyRegistry(registry.path).list()
+    assert entry.name == "a" and entry.attempts == 1
 
 
 def test_a_pending_name_with_another_key_is_denied_too(registry):

@@ -70,6 +70,8 @@ class Setup:
             curve_public=node.public.curve_public,
         )
         self.enrolment.config_request(b"id", request, now, T0, self._reply)
+        # The daemon writes new keys at the end of its turn (batched, see admission.py).
+        self.enrolment.admission.flush(now, force=True)
         return self.replies[-1]
 
     def _reply(self, identity: bytes, frames: list[bytes]) -> None:
