@@ -21,6 +21,7 @@ from pushjobs.log.topics import TopicNames
 from server.channels import Channels
 from server.coordinator import Coordinator
 from server.enrolment import Enrolment
+from server.watches import Watches
 from server.handlers import JobRequest
 from server.intake import NodeIntake
 from server.jobs import Jobs
@@ -51,6 +52,7 @@ class ServerBackend:
         channels: Channels,
         enrolment: Enrolment,
         api_drops: dict[str, int],
+        watches: Watches | None = None,
     ) -> None:
         self.name = name
         self.incarnation = incarnation
@@ -66,13 +68,14 @@ class ServerBackend:
         self.channels = channels
         self.enrolment = enrolment
         self.api_drops = api_drops
+        self.watches = watches if watches is not None else Watches()
 
     @property
     def coordinator(self) -> Coordinator:
         return self.jobs.coordinator
 
     def info(self) -> dict[str, Any]:
-        intake = self.intake
+        intake, admission = self.intake, self.enrolment.admission
         drops: dict[str, dict[str, int]] = {
             "reply": dict(intake.inbox.drops),
             "api": dict(self.api_drops),
@@ -100,6 +103,13 @@ class ServerBackend:
             },
             "command_sockets": self.channels.command_sockets,
             "expiry_deferred": intake.counters["expiry_deferred"],
+            "watches": {"parked": self.watches.count, "refused": self.watches.refused},
+            "enrolment": {
+                "queued": admission.queued,
+                "refused": admission.refused,
+                "registry_writes": admission.writes,
+                "failed_writes": admission.failed_writes,
+            },
             "gc": collector.stats(),
         }
 

@@ -171,6 +171,7 @@ class Server:
             channels=self.channels,
             enrolment=self.enrolment,
             api_drops=api_drops,
+            watches=self.watches,
         )
         self.api = ApiFront(
             registry,
