@@ -8,13 +8,20 @@
     whitelist = "/etc/pushjobs/whitelist.toml"
     command_bind = "tcp://0.0.0.0:7800"        # its own command socket ('*' port: any)
     command_endpoint = "tcp://10.0.0.21:7800"  # what it advertises ("" = what it bound)
-    state_dir = "/var/lib/pushjobs-agent"      # the journal of seen jobs
+    state_dir = "/var/lib/pushjobs/agent/web-01"  # the journal (default: under
+                                               # $PUSHJOBS_HOME, /var/lib/pushjobs as root)
     capture_bytes = 16384                      # output kept per channel (the tail)
     tags = ["web", "eu"]
     [facts]                                    # reported for targeting (os=linux,tag=web)
     rack = "r12"
     [discovery]  attempt_timeout_s, backoff_min_s, backoff_max_s, splay_s, silence_factor
+    [env]                                      # what a job may set (agent/envpolicy.py)
+    allow = ["*"]                              # names or globs; a name written in full
+                                               # here passes even a deny pattern
+    deny = ["AWS_*"]                           # refused on top of the built-in list
 
+Found at ``--config``, else ``$PUSHJOBS_AGENT_CONFIG``, else ``/etc/pushjobs/agent.toml``
+when present (``$PUSHJOBS_CONFIG_DIR`` moves ``/etc/pushjobs``).
 Overrides: ``PUSHJOBS_AGENT_AGENT__NAME=web-02`` and the like.
 """
 
@@ -24,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.envpolicy import EnvPolicy, check_patterns
 from pushjobs import paths
 
 
@@ -63,7 +71,9 @@ class AgentSection:
         return self.key_file if self.key_file is not None else paths.keys_dir() / f"{self.name}.key"
 
     def state_path(self) -> Path:
-        return self.state_dir if self.state_dir is not None else paths.home() / "agent" / self.name
+        if self.state_dir is not None:
+            return self.state_dir
+        return paths.state_home() / "agent" / self.name
 
     def whitelist_path(self) -> Path:
         return (
@@ -93,7 +103,29 @@ class DiscoverySection:
 
 
 @dataclass(frozen=True, slots=True)
+class EnvSection:
+    allow: list[str] = field(default_factory=lambda: ["*"])
+    """Variables a job may set: names or globs."""
+    deny: list[str] = field(default_factory=list)
+    """Refused on top of the built-in deny list (LD_*, PATH, *PATH, PYTHON*, ...)."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        for name in ("allow", "deny"):
+            problem = check_patterns(getattr(self, name))
+            if problem is not None:
+                yield name, problem
+
+    def policy(self) -> EnvPolicy:
+        return EnvPolicy(tuple(self.allow), tuple(self.deny))
+
+
+CONFIG_FILE = "agent.toml"
+"""Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
+
+
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     agent: AgentSection = field(default_factory=AgentSection)
     discovery: DiscoverySection = field(default_factory=DiscoverySection)
+    env: EnvSection = field(default_factory=EnvSection)
     facts: dict[str, str] = field(default_factory=dict)

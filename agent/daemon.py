@@ -106,9 +106,9 @@ class Agent:
         now = self.clock.monotonic()
         self.journal = Journal(section.state_path() / "journal.db")
         self.runner = JobRunner(section.commit_timeout_s)
-        self.whitelist = WhitelistFile(section.whitelist_path())
+        self.whitelist = WhitelistFile(section.whitelist_path(), config.env.policy())
         self.intake = CommandIntake(
-            self.name, trust_server(self.server), self.runner, self.journal, self.whitelist.allows
+            self.name, trust_server(self.server), self.runner, self.journal, self.whitelist.judge
         )
         self.outbound = Outbound(
             self.name, self.incarnation, self.command_endpoint, self.journal, next_beat=now
@@ -118,7 +118,9 @@ class Agent:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
         self.reaper = reaper
-        self.launcher = Launcher(self.name, section.capture_bytes, self._wake, reaper)
+        self.launcher = Launcher(
+            self.name, section.capture_bytes, self._wake, reaper, judge=self.whitelist.judge
+        )
         self.stopping = False
         self.reload_requested = False
 

@@ -9,12 +9,14 @@ A command is obeyed only if, in this order:
 2. it names this node (dropped as ``other_node`` if not);
 3. the server is online; while it is not, commands are discarded (``dropped_offline``).
 
-Then each kind goes to the ``JobRunner``: a commit is held and judged against the
-whitelist and the journal of jobs seen; a run whose outcome the journal already holds
-(the server restarted and asks again) gets that outcome resent instead; an abort is the
-runner's to decide; a ping asks for a heartbeat now. The answer is a list of effects the
-daemon carries out in order: the runner's actions plus ``Hold``, ``Resend``, ``BeatNow``
-and ``Rediscover`` (the server no longer accepts this node's session: ask for a config).
+Then each kind goes to the ``JobRunner``: a commit is judged (``judge``: the whitelist,
+its captures and the env policy, see ``WhitelistFile.judge``) and checked against the
+journal of jobs seen, and held only if the runner took it (a nacked one never runs); a
+run whose outcome the journal already holds (the server restarted and asks again) gets
+that outcome resent instead; an abort is the runner's to decide; a ping asks for a
+heartbeat now. The answer is a list of effects the daemon carries out in order: the
+runner's actions plus ``Hold``, ``Resend``, ``BeatNow`` and ``Rediscover`` (the server no
+longer accepts this node's session: ask for a config).
 
 Killed at any line: the session keys and the replay window die with the process; the
 restarted agent (a new incarnation) gets new keys from discovery, so commands signed for
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.journal import Journal
-from agent.runner import Action, JobRunner
+from agent.runner import Action, JobRunner, Reply
 from agent.trust import trust_sessions
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.framing import DEFAULT_LIMITS, KeyResolver, Limits
@@ -72,12 +74,12 @@ class CommandIntake:
         server: KeyResolver,
         runner: JobRunner,
         journal: Journal,
-        whitelisted: Callable[[str], bool],
+        judge: Callable[[m.Commit], str | None],
     ) -> None:
         self.name = name
         self.runner = runner
         self.journal = journal
-        self.whitelisted = whitelisted
+        self.judge = judge
         self.session_keys: dict[str, Verifier] = {}
         self.resolve = trust_sessions(
             self.session_keys.get, server, "not a session key of this node: {!r}"
@@ -116,11 +118,13 @@ class CommandIntake:
                 actions = self.runner.commit(
                     job_id,
                     command,
-                    whitelisted=self.whitelisted(command),
+                    refusal=self.judge(cmd),
                     seen=self.journal.seen(job_id),
                     now=now,
                 )
-                return [Hold(cmd), *actions]
+                taken = Reply("ack_commit", job_id) in actions
+                held: list[Effect] = [Hold(cmd)] if taken else []
+                return [*held, *actions]
             case m.Run(job_id=job_id):
                 stored = self.journal.outcome(job_id)
                 if stored is not None and self.runner.job_id != job_id:

@@ -1,12 +1,17 @@
 """A job's process on this node: the commit it came with, starting it, and its end.
 
 The launcher holds each commit (command and options) from the moment it arrives until its
-job ends or is aborted, and at most one ``Execution``. ``start`` resolves the command
-through the whitelist as it is now (it may have changed since the commit), writes the
-commit's file payload, builds the environment (the agent's own, the commit's ``env``,
-``PUSHJOBS_JOB_ID`` and ``PUSHJOBS_NODE``) and starts the process group. The executor's
-watcher thread hands the outcome over through ``on_done``, which queues it and wakes the
-daemon's loop; ``ended`` gives the outcomes back on the loop's thread.
+job ends or is aborted, and at most one ``Execution``. Every commit is held, the nacked
+ones too (the runner decides after the hold), so what is held is bounded: a start lets go
+of every other commit (the runner runs only the job it committed to, so the rest were
+nacked), and past ``MAX_HELD`` the oldest that is not running goes. ``start`` resolves
+the command through the whitelist as it is now (it may have changed since the commit),
+judges the commit again (whitelist and env policy: ``judge``, by default the built-in
+env policy alone), writes the commit's file payload, builds the environment (the agent's
+own, the commit's ``env`` and ``secret_env``, ``PUSHJOBS_JOB_ID`` and ``PUSHJOBS_NODE``)
+and starts the process group. The executor's watcher thread hands the outcome over
+through ``on_done``, which queues it and wakes the daemon's loop; ``ended`` gives the
+outcomes back on the loop's thread.
 
 Killed at any line: the commits held and the outcome queue are lost. The reaper
 (``reaper.py``), told of every process group as it starts, kills the running job when the
@@ -23,12 +28,18 @@ from base64 import b64decode
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from agent.envpolicy import EnvPolicy
 from agent.executor import Execution, Outcome
 from agent.reaper import TAG_VARIABLE, Reaper
 from pushjobs.errors import ExecutionError
 from pushjobs.protocol import messages as m
 
 Resolve = Callable[[str], list[str] | None]
+Judge = Callable[[m.Commit], str | None]
+
+MAX_HELD = 32
+"""Commits held at most: one is wanted (the committed or running job's); the rest are
+nacked ones a hostile or confused writer may send without end."""
 
 
 class Launcher:
@@ -38,8 +49,10 @@ class Launcher:
         capture_bytes: int,
         wake: Callable[[], None],
         reaper: Reaper | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.node = node
+        self.judge = judge if judge is not None else _env_only(EnvPolicy())
         self.reaper = reaper
         self.capture_bytes = capture_bytes
         self.wake = wake
@@ -48,20 +61,42 @@ class Launcher:
         self._ended: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
 
     def hold(self, commit: m.Commit) -> None:
+        # Re-inserted, not updated: the dict stays oldest-first for the eviction below.
+        self.commits.pop(commit.job_id, None)
         self.commits[commit.job_id] = commit
+        running = self.running
+        for job_id in list(self.commits):
+            if len(self.commits) <= MAX_HELD:
+                break
+            if job_id != running:
+                del self.commits[job_id]
 
     def forget(self, job_id: str) -> None:
         self.commits.pop(job_id, None)
 
     def start(self, job_id: str, resolve: Resolve) -> Execution:
         """Start the held commit's command; ExecutionError says why it could not."""
+        # One job at a time: every other commit held now was nacked, or is over.
+        for other in [j for j in self.commits if j != job_id]:
+            del self.commits[other]
+        try:
+            return self._start(job_id, resolve)
+        except ExecutionError:
+            self.commits.pop(job_id, None)  # the job fails here: nothing needs it any more
+            raise
+
+    def _start(self, job_id: str, resolve: Resolve) -> Execution:
         commit = self.commits.get(job_id)
         argv = resolve(commit.command) if commit is not None else None
         if commit is None or argv is None:
             raise ExecutionError("command no longer whitelisted")
+        refused = self.judge(commit)
+        if refused is not None:
+            raise ExecutionError(refused)
         opts = commit.options
         env = dict(os.environ)
         env.update(opts.env)
+        env.update(opts.secret_env)
         env["PUSHJOBS_JOB_ID"] = job_id
         env["PUSHJOBS_NODE"] = self.node
         if self.reaper is not None:
@@ -118,6 +153,13 @@ class Launcher:
     def _done_from_thread(self, outcome: Outcome) -> None:
         self._ended.put(outcome)
         self.wake()
+
+
+def _env_only(policy: EnvPolicy) -> Judge:
+    def judge(commit: m.Commit) -> str | None:
+        return policy.first_refusal([*commit.options.env, *commit.options.secret_env])
+
+    return judge
 
 
 def write_payload(payload: m.FilePayload) -> None:

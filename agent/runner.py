@@ -3,7 +3,7 @@
 Theory of operation. The runner is ``idle``, ``committed`` to one job, or ``running`` it.
 
     idle      --commit(ok)-->  committed   ack_commit
-    idle      --commit(bad)--> idle        nack_commit (not whitelisted, already seen)
+    idle      --commit(bad)--> idle        nack_commit (not whitelisted, env refused, seen)
     committed --run-->         running     ack_run, start the process
     committed --abort-->       idle        aborted
     committed --deadline-->    idle        (the server never said run: forget the commit)
@@ -92,8 +92,17 @@ class JobRunner:
         self._commit_deadline: float | None = None
 
     def commit(
-        self, job_id: str, command: str, *, whitelisted: bool, seen: bool, now: float
+        self,
+        job_id: str,
+        command: str,
+        *,
+        whitelisted: bool = True,
+        refusal: str | None = None,
+        seen: bool,
+        now: float,
     ) -> list[Action]:
+        """Commit to ``job_id`` if idle; ``refusal`` is the whitelist's and env policy's
+        verdict on the commit (``WhitelistFile.judge``), named in the nack."""
         if self.job_id == job_id and self.state is not RunnerState.IDLE:
             return [Reply("ack_commit", job_id)]
         if self.state is not RunnerState.IDLE:
@@ -102,6 +111,8 @@ class JobRunner:
             return [Reply("nack_commit", job_id, "job already seen on this node")]
         if not whitelisted:
             return [Reply("nack_commit", job_id, f"command {command!r} is not whitelisted")]
+        if refusal is not None:
+            return [Reply("nack_commit", job_id, refusal)]
         self.state = RunnerState.COMMITTED
         self.job_id = job_id
         self.command = command

@@ -5,6 +5,12 @@ mtime or size reloads the file; ``force`` (SIGHUP) reloads it regardless. A file
 longer parses is refused with an error and the previous whitelist stays in force; a
 missing file means an empty whitelist (every command refused), logged once.
 
+``judge`` is the agent's whole verdict on a commit: the command must be whitelisted (its
+captures within the rules of its entry) and every variable the job sets, plain or secret,
+must pass the env policy (the agent's ``[env]``, or the entry's own ``env`` list). It is
+asked when the commit arrives (a refusal is a nack naming the reason) and again when the
+run starts, against the whitelist in force then.
+
 Killed at any line: nothing is written, so nothing is lost; the restarted agent loads the
 file as it is then.
 """
@@ -16,14 +22,17 @@ import os
 from pathlib import Path
 
 from agent import whitelist as wl
+from agent.envpolicy import EnvPolicy
 from pushjobs.errors import ConfigError
+from pushjobs.protocol import messages as m
 
 log = logging.getLogger("pushjobs.agent")
 
 
 class WhitelistFile:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, env: EnvPolicy | None = None) -> None:
         self.path = path
+        self.env = env if env is not None else EnvPolicy()
         self.current = wl.Whitelist()
         self._stamp: tuple[int, int] | None = None
         self.refresh(quiet_missing=False)
@@ -34,6 +43,10 @@ class WhitelistFile:
 
     def allows(self, requested: str) -> bool:
         return self.current.resolve(requested) is not None
+
+    def judge(self, commit: m.Commit) -> str | None:
+        """Why this node refuses ``commit``, or None when it may run."""
+        return refusal(self.current, self.env, commit)
 
     def refresh(self, *, quiet_missing: bool = True, force: bool = False) -> None:
         try:
@@ -56,3 +69,12 @@ class WhitelistFile:
             log.error("whitelist not reloaded, keeping the previous one: %s", exc)
             return
         log.info("whitelist loaded: %s", ", ".join(self.current.names()) or "(empty)")
+
+
+def refusal(whitelist: wl.Whitelist, env: EnvPolicy, commit: m.Commit) -> str | None:
+    """Why ``commit`` may not run under ``whitelist`` and ``env``, or None. Pure."""
+    found = whitelist.lookup(commit.command)
+    if isinstance(found, str):
+        return found
+    names = [*commit.options.env, *commit.options.secret_env]
+    return env.with_allow(found.rule.env).first_refusal(names)

@@ -29,3 +29,27 @@ def registry_path() -> Path:
 def log_path() -> Path:
     """$PUSHJOBS_LOG, else home()/log.db: the sqlite ordered log."""
     return Path(os.environ.get("PUSHJOBS_LOG") or home() / "log.db")
+
+
+SYSTEM_HOME = Path("/var/lib/pushjobs")
+
+
+def config_dir() -> Path:
+    """$PUSHJOBS_CONFIG_DIR, else /etc/pushjobs: where the daemons look for their config
+    (``server.toml``, ``agent.toml``) when no ``--config`` names one."""
+    return Path(os.environ.get("PUSHJOBS_CONFIG_DIR") or "/etc/pushjobs").expanduser()
+
+
+def default_config(name: str) -> Path | None:
+    """``config_dir()/name`` if that file exists, else None (built-in defaults)."""
+    path = config_dir() / name
+    return path if path.exists() else None
+
+
+def state_home(euid: int | None = None) -> Path:
+    """Where a daemon keeps its state: $PUSHJOBS_HOME, else /var/lib/pushjobs when it runs
+    as root (a system service, not a login), else ``home()``."""
+    if os.environ.get("PUSHJOBS_HOME"):
+        return home()
+    uid = os.geteuid() if euid is None else euid
+    return SYSTEM_HOME if uid == 0 else home()

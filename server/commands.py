@@ -16,15 +16,22 @@ and run is stamped when sent (``asked``), oldest first, and stamps are forgotten
 minute. Aborts are stamped too: a node that keeps showing a stale commit is told again
 only as often as any other repeat.
 
+Secrets. A job's ``secret_env`` is kept sealed (``sealing.py``); it is opened here, into
+the commit's ``RunOptions.secret_env``, and nowhere else. A value that does not open (a
+log written by a server with another identity key) leaves the commit unsent, counted
+``unsealable`` and logged by name: the node's vote times out rather than run without it.
+
 Killed at any line: the stamps are lost, so the first heartbeat after a restart may bring
 one repeat; the agent answers repeats idempotently and never runs a job twice.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 
+from pushjobs.errors import KeyFileError
 from pushjobs.protocol.framing import Limits, seal
 from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run, RunOptions
 from pushjobs.protocol.outbox import Outbox
@@ -33,6 +40,9 @@ from server.channels import Channels
 from server.effects import Send
 from server.job import Job
 from server.nodes import NodeTable
+from server.sealing import SECRET_ENV, SecretBox
+
+log = logging.getLogger("pushjobs.server")
 
 ASKED_KEEP_MS = 60_000  # far past RESEND_AFTER_MS: a repeat is judged against this
 RESEND_AFTER_MS = 2000  # a command unanswered this long after it was sent is sent again
@@ -48,8 +58,11 @@ class CommandSender:
         *,
         curve_of: Callable[[str], str | None],
         signer_of: Callable[[str], Signer | None],
+        secrets: SecretBox | None = None,
     ) -> None:
         self.outbox = outbox
+        # The outbox signs with the server's identity key: the key secrets are sealed by.
+        self.secrets = secrets if secrets is not None else SecretBox.for_signer(outbox.signer)
         self.limits = limits
         self.channels = channels
         self.nodes = nodes
@@ -82,9 +95,13 @@ class CommandSender:
         message: Message
         if send.kind == "commit" and job is not None:
             opts = job.options
+            secret_env = self._open(job)
+            if secret_env is None:
+                return
             options = RunOptions(
                 timeout_s=job.run_timeout_ms / 1000,
                 env=dict(opts.get("env") or {}),
+                secret_env=secret_env,
                 cwd=opts.get("cwd"),
                 capture=bool(opts.get("capture", False)),
             )
@@ -102,6 +119,20 @@ class CommandSender:
             message = self.outbox.message(Abort, now_ms, node=send.node, job_id=send.job_id)
         frames = seal(message, signer, self.limits)
         self.channels.send_command(info.command_endpoint, curve, frames)
+
+    def _open(self, job: Job) -> dict[str, str] | None:
+        """The job's secret env in clear, or None (counted) when it cannot be opened."""
+        sealed = job.options.get(SECRET_ENV) or {}
+        if not sealed:
+            return {}
+        try:
+            if self.secrets is None:
+                raise KeyFileError("this server has no key to open secret_env with")
+            return self.secrets.open_env(sealed)
+        except KeyFileError as exc:
+            self.counters["unsealable"] += 1
+            log.error("job %s: commit not sent: %s", job.job_id, exc)
+            return None
 
     # Outside a session: signed with the server's own key (the outbox's), for a node that
     # has no session (any more) that could sign it.

@@ -3,22 +3,28 @@
 A handler validates its params, acts through the ``Backend`` the daemon provides, and
 returns the JSON result or raises ``ApiError``; ``job.watch`` may instead return
 ``WATCH`` to be answered later. Role checks happen before a handler is called.
+
+``job.start`` refuses a variable name that no agent would accept (the agents' env
+policies decide the rest) and seals ``secret_env`` values before anything keeps them:
+from here on they exist in clear only inside the commit sent to a node.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from keys.entry import Entry
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
 from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState
 from server.coordinator import Coordinator
+from server.keyadmin import KeyAdmin
 from server.nodes import NodeTable
+from server.sealing import SECRET_ENV, SecretBox
 
 WATCH: Final = object()
 """A handler's answer meaning: park this request until the job changes or time passes."""
@@ -34,9 +40,27 @@ class JobRequest:
     options: dict[str, Any]
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Sealer(Protocol):
+    @property
+    def secrets(self) -> SecretBox | None: ...
+
+
+class JobEffects(Protocol):
+    @property
+    def sender(self) -> Sealer: ...
+
+
 class Backend(Protocol):
     nodes: NodeTable
     registry: KeyRegistry
+
+    @property
+    def jobs(self) -> JobEffects:
+        """Job effects, whose command sender holds the key secrets are sealed with."""
+        ...
 
     @property
     def coordinator(self) -> Coordinator: ...
@@ -83,6 +107,18 @@ def _names(params: Mapping[str, Any], name: str) -> list[str]:
     return list(value)
 
 
+def _env(params: Mapping[str, Any], name: str) -> dict[str, str]:
+    env = params.get(name) or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise bad(f"'{name}' must map names to strings")
+    for key in env:
+        if not _ENV_NAME.fullmatch(key):
+            raise bad(f"'{name}': {key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    return env
+
+
 def _with_nodes(params: Mapping[str, Any]) -> bool:
     """``nodes: false`` asks for the job's summary without its per-node table."""
     value = params.get("nodes", True)
@@ -91,19 +127,10 @@ def _with_nodes(params: Mapping[str, Any]) -> bool:
     return value
 
 
-def _entry(entry: Entry) -> dict[str, Any]:
-    return {
-        "name": entry.name,
-        "kind": entry.kind,
-        "role": entry.role,
-        "state": entry.state.value,
-        "fingerprint": entry.fingerprint,
-    }
-
-
 class ApiHandlers:
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, secrets: SecretBox | None = None) -> None:
         self.b = backend
+        self.secrets = secrets if secrets is not None else backend.jobs.sender.secrets
         self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
             "server.info": lambda p, c: self.b.info(),
             "job.start": self.job_start,
@@ -114,10 +141,7 @@ class ApiHandlers:
             "job.abort": self.job_abort,
             "node.list": self.node_list,
             "node.status": self.node_status,
-            "key.list": self.key_list,
-            "key.accept": lambda p, c: self._keys(self.b.registry.accept(_names(p, "names"))),
-            "key.reject": lambda p, c: self._keys(self.b.registry.reject(_names(p, "names"))),
-            "key.delete": lambda p, c: self._keys(self.b.registry.delete(_names(p, "names"))),
+            **KeyAdmin(self.b).table(),
         }
 
     def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
@@ -145,11 +169,12 @@ class ApiHandlers:
             quorum = Quorum.parse(str(params.get("quorum") or "100%"))
         except ValueError as exc:
             raise bad(str(exc)) from None
-        env = params.get("env") or {}
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise bad("'env' must map names to strings")
+        env, secret_env = _env(params, "env"), _env(params, SECRET_ENV)
+        both = sorted(env.keys() & secret_env.keys())
+        if both:
+            raise bad(f"{both[0]} is in both 'env' and 'secret_env'")
+        if secret_env and self.secrets is None:
+            raise ApiError("this server has no key to seal secret_env with", code=methods.INTERNAL)
         cwd = params.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise bad("'cwd' must be a string")
@@ -164,6 +189,8 @@ class ApiHandlers:
             vote_timeout_s=_num(params, "vote_timeout_s"),
             options={"env": env, "cwd": cwd, "capture": capture},
         )
+        if secret_env and self.secrets is not None:
+            request.options[SECRET_ENV] = self.secrets.seal_env(secret_env)
         job_id = self.b.start_job(request, caller)
         return {"job": self.b.coordinator.view(job_id)}
 
@@ -235,12 +262,3 @@ class ApiHandlers:
                 raise NotFound(f"no node named {name!r}")
             rows.append(row)
         return {"nodes": rows}
-
-    def key_list(self, params: Mapping[str, Any], caller: str) -> Any:
-        state = params.get("state")
-        if state is not None and not isinstance(state, str):
-            raise bad("'state' must be a string")
-        return self._keys(self.b.registry.list(state))
-
-    def _keys(self, entries: list[Entry]) -> Any:
-        return {"keys": [_entry(e) for e in entries]}

@@ -8,6 +8,10 @@ value limit. ``Job`` (``job.py``) takes this as a base; its state machine drops 
 cached row whenever the node changes. Pure: the bytes are written by the daemon
 (``records.py`` builds the records, ``recovery.py`` puts them back together).
 
+Secrets. ``options`` hold a job's ``secret_env`` sealed (``sealing.py``). The header,
+the log's copy, keeps them sealed so a successor can still send the commit; the snapshot
+shown to API callers (``snapshot``) names each secret with a marker instead.
+
 Killed at any line: nothing here is durable; the cache is rebuilt from the node table.
 """
 
@@ -20,6 +24,7 @@ import orjson
 
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
+from server.sealing import redacted
 
 if TYPE_CHECKING:
     from server.job import NodeRecord
@@ -77,12 +82,21 @@ class JobSnapshot:
         return {state.value: n for state, n in sorted(self._counts.items()) if n > 0}
 
     def snapshot(self, *, nodes: bool = True) -> dict[str, Any]:
-        """The job as a JSON-ready dict: the value of its ``assignments`` record.
+        """The job as a JSON-ready dict, as API callers see it (secrets redacted).
 
         ``nodes=False`` leaves out the per-node table: a summary that costs O(1), for
         watching a 50,000-node job without shipping megabytes per change.
         """
-        snap = {
+        snap = self._fields()
+        snap["options"] = redacted(self.options)
+        if not nodes:
+            return snap
+        snap["nodes"] = {name: node_json(r) for name, r in self.nodes.items()}
+        return snap
+
+    def _fields(self) -> dict[str, Any]:
+        """Every field of the job but its node table, ``options`` as they are kept."""
+        return {
             "job_id": self.job_id,
             "command": self.command,
             "state": self.state.value,
@@ -100,10 +114,6 @@ class JobSnapshot:
             "summary": self.summary(),
             "targets": len(self.nodes),
         }
-        if not nodes:
-            return snap
-        snap["nodes"] = {name: node_json(r) for name, r in self.nodes.items()}
-        return snap
 
     # --- the chunks ----------------------------------------------------------------------
 
@@ -117,8 +127,9 @@ class JobSnapshot:
         return self._positions[node] // self.chunk_nodes
 
     def header(self) -> dict[str, Any]:
+        """The value of the job's ``assignments`` record: secrets stay sealed."""
         return {
-            **self.snapshot(nodes=False),
+            **self._fields(),
             "chunks": self.chunks,
             "chunk_nodes": self.chunk_nodes,
         }

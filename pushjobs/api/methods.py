@@ -13,8 +13,10 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                   -> {server_id, incarnation, leader, started_ms, nodes_known, nodes_online,
                       jobs_active, drops: {socket: {reason: count}}}
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
-                           vote_timeout_s?, env: {K: V}, cwd?, capture: bool}
-                  -> {job: JOB}
+                           vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
+                           capture: bool}
+                  -> {job: JOB}   names must be [A-Za-z_][A-Za-z0-9_]*, each in one map
+                     only; each node's env policy may still nack a name
     job.list      reader  {state?: str, limit: 50, offset: 0}
                   -> {jobs: [JOB without "nodes"], total}   newest first
     job.status    reader  {job_id} -> {job: JOB}
@@ -28,15 +30,23 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     job.abort     writer  {job_id} -> {job: JOB}
     node.list     reader  {} -> {nodes: [NODE...]}
     node.status   reader  {nodes: [name...]} -> {nodes: [NODE...]}  (NotFound if unknown)
-    key.list      admin   {state?} -> {keys: [ENTRY...]}
-    key.accept    admin   {names: [...]} -> {keys: [ENTRY...]}
-    key.reject    admin   {names: [...]} -> {keys: [ENTRY...]}
-    key.delete    admin   {names: [...]} -> {keys: [ENTRY...]}
+    key.list      admin   {state?, pattern?} -> {keys: [ENTRY...]}
+    key.show      admin   {name} -> {key: ENTRY, denied: [ENTRY...]}
+    key.accept    admin   {names: [NAME or GLOB...]} or {all: true} -> {results: [RESULT...]}
+    key.reject    admin   {names: [NAME or GLOB...]} -> {results: [RESULT...]}
+    key.delete    admin   {names: [NAME or GLOB...]} -> {results: [RESULT...]}
+    key.add       admin   {name, kind, ed25519_public, curve_public, role?, accept?}
+                          -> {key: ENTRY}
+    key.role      admin   {name, role} -> {key: ENTRY}
+
+    RESULT: {name, ok, previous, state} or {name, ok: false, error}
 
     JOB  = the job snapshot of ``Job.snapshot()`` (server/snapshot.py) plus ``version`` (an int that
            grows with every change of the job): job_id, command, state, quorum,
            run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
-           nodes {name: {state, exit_status, reason, changed_ms, ...}}
+           options {env, secret_env: {K: "<secret>"}, cwd, capture}: a secret's value is
+           never returned, sealed or not; nodes {name: {state, exit_status, reason,
+           changed_ms, ...}}
     NODE = {name, key_state, online, command_endpoint, incarnation, job_id, job_state,
             last_seen_ms_ago, facts, tags}
 
@@ -67,6 +77,9 @@ METHODS: Final[Mapping[str, str]] = {
     "key.accept": "admin",
     "key.reject": "admin",
     "key.delete": "admin",
+    "key.show": "admin",
+    "key.add": "admin",
+    "key.role": "admin",
 }
 """Method name -> the least role allowed to call it."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -41,14 +43,66 @@ def usage(message: str) -> typer.Exit:
     return typer.Exit(int(Exit.USAGE))
 
 
-def parse_env(pairs: list[str]) -> dict[str, str]:
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_env(pairs: list[str], option: str = "--env") -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name or not name.replace("_", "a").isalnum():
-            raise usage(f"--env expects NAME=VALUE, got {pair!r}")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise usage(f"{option} expects NAME=VALUE, NAME a variable name, got {pair!r}")
         env[name] = value
     return env
+
+
+def parse_secret_env(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE``, or ``NAME`` alone: the value of ``$NAME`` here (kept out of ``ps``)."""
+    env: dict[str, str] = {}
+    for item in items:
+        if "=" in item:
+            env.update(parse_env([item], "--secret-env"))
+        elif not ENV_NAME.fullmatch(item):
+            raise usage(f"--secret-env expects NAME=VALUE or NAME, got {item!r}")
+        elif item not in os.environ:
+            raise usage(f"--secret-env {item}: ${item} is not set here")
+        else:
+            env[item] = os.environ[item]
+    return env
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``NAME=VALUE`` lines (blank lines and ``#`` comments skipped), all sent as secrets."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise usage(f"--env-file {path}: {exc}") from None
+    env: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name.strip()):
+            # The line itself may hold a secret: name only where it is.
+            raise usage(f"--env-file {path}:{number}: expected NAME=VALUE")
+        env[name.strip()] = value
+    return env
+
+
+def job_env(env: list[str], secret_env: list[str], env_files: list[Path]) -> dict[str, Any]:
+    """The ``env`` and ``secret_env`` params of ``job.start``; a name may be in one only."""
+    plain = parse_env(env)
+    secret: dict[str, str] = {}
+    for path in env_files:
+        secret.update(read_env_file(path))
+    secret.update(parse_secret_env(secret_env))
+    both = sorted(plain.keys() & secret.keys())
+    if both:
+        raise usage(f"{both[0]} is given both as --env and as a secret")
+    params: dict[str, Any] = {"env": plain}
+    if secret:
+        params["secret_env"] = secret
+    return params
 
 
 def follow(client: ApiClient, job: dict[str, Any], *, show_progress: bool) -> dict[str, Any]:
@@ -108,6 +162,23 @@ def start(
         list[str] | None,
         typer.Option("--env", help="NAME=VALUE for the command; repeatable.", show_default=False),
     ] = None,
+    secret_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret-env",
+            help="NAME=VALUE (or NAME: its value here) set like --env but kept secret: "
+            "sealed on the server, never shown; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    env_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--env-file",
+            help="A file of NAME=VALUE lines, every one sent as --secret-env; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     cwd: Annotated[
         str | None,
         typer.Option("--cwd", help="Working directory on the nodes.", show_default=False),
@@ -123,6 +194,9 @@ def start(
     4 timed out, 5 aborted, 6 server unreachable, 2 bad arguments.
 
     Example: pushjobs job start uptime 'web-*' --quorum 90% --timeout 60 --capture
+
+    Each node's env policy decides which variables a job may set; a refused one is named
+    in that node's nack.
     """
     try:
         Quorum.parse(quorum)
@@ -136,8 +210,8 @@ def start(
         "nodes": nodes,
         "quorum": quorum,
         "capture": capture,
-        "env": parse_env(env or []),
         "cwd": cwd,
+        **job_env(env or [], secret_env or [], env_file or []),
     }
     if timeout is not None:
         params["timeout_s"] = timeout

@@ -1,11 +1,15 @@
 """``pushjobs key``: generate identity keys and manage the key registry, as salt-key does.
 
-These commands work on the registry file directly, so they work while the server is
-down; a running server sees the changes at once (see ``keys.store``).
+With a client config (the one ``pushjobs job`` uses) the registry commands ask the server,
+which needs the ``admin`` role: the registry is the server's, wherever it runs. A registry
+file is used directly only when named (``--registry FILE`` or ``$PUSHJOBS_KEY_REGISTRY``:
+bootstrapping the first admin on the server's host), or, with no client config at all,
+the default one under ``$PUSHJOBS_HOME``. Every output says which (``keyadmin.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,12 +17,10 @@ from typing import Annotated, Any, Literal
 import typer
 
 from keys import files
-from keys.entry import Entry
 from keys.identity import generate
-from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs import paths
 from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.keyadmin import Keys, target
 from pushjobs.cli.render import error, handle_errors, print_json, table
 from pushjobs.errors import PushJobsError
 
@@ -36,17 +38,34 @@ RegistryOpt = Annotated[
     Path | None,
     typer.Option(
         "--registry",
-        help="The key registry file (default: $PUSHJOBS_KEY_REGISTRY, "
-        "else $PUSHJOBS_HOME/registry.json).",
+        help="Work on this registry file directly instead of asking the server "
+        "(bootstrapping, or a server that is down; default: $PUSHJOBS_KEY_REGISTRY).",
         show_default=False,
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Client config naming the server (default: $PUSHJOBS_CONFIG, else "
+        "~/.config/pushjobs/config.toml).",
+        show_default=False,
+    ),
+]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server", help="Server API endpoint, overriding the config.", show_default=False
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 COLUMNS = ("name", "kind", "role", "state", "fingerprint")
 
 
-def _registry(path: Path | None) -> KeyRegistry:
-    return KeyRegistry(path or paths.registry_path())
+def _keys(
+    registry: Path | None, config: Path | None, server: str | None
+) -> contextlib.AbstractContextManager[Keys]:
+    return target(registry, config, server)
 
 
 @app.command("gen")
@@ -99,102 +118,123 @@ def add(
         typer.Option("--role", help="For user keys (default: reader).", show_default=False),
     ] = None,
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register public key files: pending, or accepted with --accept.
 
     Example: pushjobs key add alice.pub --role writer --accept
     """
-    reg = _registry(registry)
-    state = KeyState.ACCEPTED if accept else KeyState.PENDING
-
-    def one(path: str) -> dict[str, Any]:
-        entry = reg.add(files.load_public(Path(path)), state=state, role=role)
-        return {**_row(entry), "file": path}
 
     def say(result: dict[str, Any]) -> str:
         role_note = f", role {result['role']}" if result["role"] else ""
         return f"{result['name']}: {result['state']}{role_note} ({result['fingerprint']})"
 
-    _each([str(p) for p in pubfiles], one, say, as_json, label="file")
+    with _keys(registry, config, server) as keys:
+
+        def one(path: str) -> dict[str, Any]:
+            return {**keys.add(files.load_public(Path(path)), role, accept), "file": path}
+
+        _each([str(p) for p in pubfiles], one, say, as_json, label="file")
 
 
 @app.command("list")
 @handle_errors
 def list_keys(
+    pattern: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PATTERN", help="Only names matching this glob.", show_default=False
+        ),
+    ] = None,
     state: Annotated[
         StateName | None, typer.Option("--state", help="Only keys in this state.")
     ] = None,
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List registered keys: NAME KIND ROLE STATE FINGERPRINT.
 
     Example: pushjobs key list --state pending
     """
-    entries = _registry(registry).list(state)
+    with _keys(registry, config, server) as keys:
+        rows = keys.rows(state, pattern)
+        where = keys.where
     if as_json:
-        print_json([_row(e) for e in entries])
-    elif entries:
-        typer.echo(table([_row(e) for e in entries], COLUMNS))
+        print_json(rows)
+    elif rows:
+        typer.echo(table(rows, COLUMNS))
     else:
-        typer.echo("no keys" + (f" in state {state}" if state else ""))
+        what = f" in state {state}" if state else ""
+        what += f" matching {pattern!r}" if pattern else ""
+        typer.echo(f"no keys{what} ({where})")
+
+
+NamesArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="NAME", help="Names or shell globs ('web-*').", show_default=False),
+]
 
 
 @app.command("accept")
 @handle_errors
 def accept_keys(
-    names: Annotated[list[str], typer.Argument(metavar="NAME", help="Names to accept.")],
+    names: NamesArg = None,
+    everything: Annotated[
+        bool, typer.Option("--all", "-A", help="Accept every pending key (like salt-key -A).")
+    ] = False,
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Accept pending (or rejected) keys.
 
-    Example: pushjobs key accept web-01 web-02
+    Example: pushjobs key accept web-01 'db-*'     pushjobs key accept --all
     """
-    reg = _registry(registry)
-    _each(names, _mover(reg, reg.accept), _said_move, as_json)
+    with _keys(registry, config, server) as keys:
+        _move("accept", names, everything, keys, as_json)
 
 
 @app.command("reject")
 @handle_errors
 def reject_keys(
-    names: Annotated[list[str], typer.Argument(metavar="NAME", help="Names to reject or revoke.")],
+    names: NamesArg = None,
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Reject pending keys; rejecting an accepted key revokes it at once.
 
     Example: pushjobs key reject web-13
     """
-    reg = _registry(registry)
-    _each(names, _mover(reg, reg.reject), _said_move, as_json)
+    with _keys(registry, config, server) as keys:
+        _move("reject", names, False, keys, as_json)
 
 
 @app.command("delete")
 @handle_errors
 def delete_keys(
-    names: Annotated[
-        list[str], typer.Argument(metavar="NAME", help="Names to delete (denied entries too).")
-    ],
+    names: NamesArg = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete every entry of each name; the node must then be accepted anew.
+    """Delete every entry of each name (denied ones too); the node must be accepted anew.
 
     Example: pushjobs key delete old-node --yes
     """
-    if not yes and not typer.confirm(f"delete every key of {', '.join(names)}?"):
+    if names and not yes and not typer.confirm(f"delete every key of {', '.join(names)}?"):
         error("nothing deleted")
         raise typer.Exit(int(Exit.FAILED))
-    reg = _registry(registry)
-
-    def one(name: str) -> dict[str, Any]:
-        removed = reg.delete([name])
-        return {"name": name, "previous": removed[0].state.value, "state": "deleted"}
-
-    _each(names, one, lambda r: f"{r['name']}: deleted (was {r['previous']})", as_json)
+    with _keys(registry, config, server) as keys:
+        _move("delete", names, False, keys, as_json)
 
 
 @app.command("role")
@@ -207,17 +247,20 @@ def set_role(
         RoleName, typer.Argument(metavar="ROLE", help="The new role.", show_default=False)
     ],
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Change a user's role: admin, writer (start and abort jobs) or reader.
 
     Example: pushjobs key role alice writer
     """
-    entry = _registry(registry).set_role(name, role)
+    with _keys(registry, config, server) as keys:
+        entry = keys.set_role(name, role)
     if as_json:
-        print_json(_row(entry))
+        print_json(entry)
     else:
-        typer.echo(f"{entry.name}: role {entry.role}")
+        typer.echo(f"{entry['name']}: role {entry['role']}")
 
 
 @app.command("show")
@@ -225,43 +268,52 @@ def set_role(
 def show(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Name to show.", show_default=False)],
     registry: RegistryOpt = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one key with its fingerprint, and any denied keys presented under its name.
+    """Show one key with its fingerprint, and the other keys tried under its name.
 
     Example: pushjobs key show web-01
     """
-    reg = _registry(registry)
-    main = reg.get(name)
-    denied = [e for e in reg.list(KeyState.DENIED) if e.name == name]
+    with _keys(registry, config, server) as keys:
+        shown = keys.show(name)
     if as_json:
-        print_json({**_row(main), "denied": [_row(e) for e in denied]})
+        print_json(shown)
         return
+    main = shown["key"]
     for field in ("name", "kind", "role", "state", "fingerprint", "curve_public"):
-        value = getattr(main, field)
-        if value is not None:
-            typer.echo(f"{field:<12} {value}")
-    for entry in denied:
-        typer.echo(f"denied       {entry.fingerprint} (another key presented under this name)")
+        if main.get(field) is not None:
+            typer.echo(f"{field:<12} {main[field]}")
+    for entry in shown["denied"]:
+        typer.echo(
+            f"denied       {entry['fingerprint']} (the last of {entry['attempts']} other "
+            "key(s) presented under this name)"
+        )
 
 
-def _row(entry: Entry) -> dict[str, Any]:
-    return entry.to_json()
-
-
-def _mover(
-    reg: KeyRegistry, move: Callable[[list[str]], list[Entry]]
-) -> Callable[[str], dict[str, Any]]:
-    def one(name: str) -> dict[str, Any]:
-        before = reg.get(name)
-        (after,) = move([name])
-        return {"name": name, "previous": before.state.value, "state": after.state.value}
-
-    return one
-
-
-def _said_move(result: dict[str, Any]) -> str:
-    return f"{result['name']}: {result['previous']} -> {result['state']}"
+def _move(
+    action: str, names: list[str] | None, everything: bool, keys: Keys, as_json: bool
+) -> None:
+    if not names and not everything:
+        error(
+            f"name the keys to {action} (names or globs)"
+            + (", or --all" if action == "accept" else "")
+        )
+        raise typer.Exit(int(Exit.USAGE))
+    results = keys.move(action, names or [], everything)
+    for result in results:
+        if as_json:
+            continue
+        if result["ok"]:
+            typer.echo(f"{result['name']}: {result['previous']} -> {result['state']}")
+        else:
+            message = str(result["error"])
+            error(message if message.startswith(result["name"]) else f"{result['name']}: {message}")
+    if as_json:
+        print_json(results)
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(int(Exit.FAILED))
 
 
 def _each(

@@ -2,7 +2,8 @@
 
 A log file is born complete or not at all: it is built under a temporary name and linked
 into place, so an existing file that is empty, not SQLite, or SQLite without our meta
-table is never half-created by a racing process; it is refused as ``LogCorrupt``.
+table is never half-created by a racing process; it is refused as ``LogCorrupt``. It is
+created mode 0600 (its -wal and -shm files follow): it holds every job's options.
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ def _create(path: Path) -> None:
         raise BackendUnavailable(f"{path}: cannot create the log's directory: {exc}") from exc
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        # The log holds every job's options: private from the first byte. SQLite gives its
+        # -wal and -shm files the mode of the database file.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(tmp, 0o600)  # exactly 0600, whatever the umask made of it
         db = sqlite3.connect(str(tmp), isolation_level=None)
         try:
             db.execute(f"PRAGMA application_id={APPLICATION_ID}")

@@ -149,8 +149,13 @@ class FilePayload:
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
+    """How to run a committed command. ``secret_env`` is set in the command's environment
+    like ``env``, but its values travel only here (over the encrypted command channel):
+    the server keeps them sealed, and nobody prints them, hence ``repr=False``."""
+
     timeout_s: float = 3600.0
     env: dict[str, str] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
     cwd: str | None = None
     user: str | None = None
     capture: bool = False

@@ -5,14 +5,18 @@ from __future__ import annotations
 import base64
 import secrets
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from agent.envpolicy import EnvPolicy
 from agent.intake import BeatNow, CommandIntake, Hold, Rediscover, Resend
 from agent.journal import Journal
 from agent.runner import JobRunner, Remember, Reply, StartProcess
 from agent.trust import trust_server
+from agent.whitelist import Rule, Whitelist
+from agent.whitelist_file import refusal
 from keys.fingerprint import key_id
 from keys.identity import generate
 from pushjobs.clock import FakeClock
@@ -37,7 +41,11 @@ class Desk:
         self.runner = JobRunner(60.0)
         self.journal = Journal(tmp_path / "journal.db")
         self.intake = CommandIntake(
-            "node-1", trust_server(SERVER.public), self.runner, self.journal, whitelist.__contains__
+            "node-1",
+            trust_server(SERVER.public),
+            self.runner,
+            self.journal,
+            partial(refusal, Whitelist(tuple(Rule(n, n, None) for n in whitelist)), EnvPolicy()),
         )
         self.keys: dict[str, bytes] = {}
         self.rekey("sess-1", None)
@@ -107,10 +115,16 @@ def test_the_previous_session_key_is_kept_and_the_one_before_is_not(desk: Desk) 
     assert desk.send(desk.frames(m.Ping, kid="sess-3")) == [BeatNow()]
 
 
-def test_a_command_not_on_the_whitelist_is_nacked(desk: Desk) -> None:
+def test_a_command_not_on_the_whitelist_is_nacked_and_not_held(desk: Desk) -> None:
     effects = desk.send(desk.frames(m.Commit, job_id="j1", command="rm"))
-    assert [type(e) for e in effects] == [Hold, Reply]
-    assert effects[1] == Reply("nack_commit", "j1", "command 'rm' is not whitelisted")
+    assert effects == [Reply("nack_commit", "j1", "command 'rm' is not whitelisted")]
+
+
+def test_a_refused_variable_is_named_in_the_nack_and_not_held(desk: Desk) -> None:
+    options = m.RunOptions(env={"LD_PRELOAD": "/tmp/x.so"})
+    effects = desk.send(desk.frames(m.Commit, job_id="j1", command="true", options=options))
+    reason = "env LD_PRELOAD is refused by this node's env policy (matches 'LD_*')"
+    assert effects == [Reply("nack_commit", "j1", reason)]
 
 
 def test_a_run_of_a_finished_job_resends_its_stored_outcome(desk: Desk) -> None:

@@ -7,8 +7,8 @@ from agent.runner import JobRunner, KillProcess, Remember, Reply, RunnerState, S
 from pushjobs.errors import JournalError
 
 
-def commit(r, job="j1", whitelisted=True, seen=False, now=0.0):
-    return r.commit(job, "uptime", whitelisted=whitelisted, seen=seen, now=now)
+def commit(r, job="j1", whitelisted=True, seen=False, now=0.0, refusal=None):
+    return r.commit(job, "uptime", whitelisted=whitelisted, refusal=refusal, seen=seen, now=now)
 
 
 def test_commit_run_finish():
@@ -26,12 +26,21 @@ def test_commit_run_finish():
     [
         ({"whitelisted": False}, "command 'uptime' is not whitelisted"),
         ({"seen": True}, "job already seen on this node"),
+        ({"refusal": "env LD_PRELOAD is refused"}, "env LD_PRELOAD is refused"),
     ],
 )
 def test_commit_refused(kwargs, reason):
     r = JobRunner()
     assert commit(r, **kwargs) == [Reply("nack_commit", "j1", reason)]
     assert r.state is RunnerState.IDLE
+
+
+def test_a_busy_runner_says_busy_before_judging_the_commit():
+    r = JobRunner()
+    commit(r)
+    assert commit(r, job="j2", refusal="env PATH is refused") == [
+        Reply("nack_commit", "j2", "busy with job j1")
+    ]
 
 
 def test_one_job_at_a_time():

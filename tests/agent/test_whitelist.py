@@ -77,3 +77,97 @@ def test_load_from_file(tmp_path):
     assert wl.resolve("true") == ["true"]
     assert wl.resolve("x-42") == ["echo", "42"]
     assert wl.names() == ["true", "x-(?P<n>[0-9]+)"]
+
+
+# --- captures that would change what the command means (issue 15, case 6) ----------------
+
+CAPTURES = {
+    "commands": {
+        "cat-(?P<f>.+)": "cat /srv/files/{f}",
+        "restart-(?P<svc>.+)": "systemctl restart {svc}",
+        "show-(?P<svc>.+)": "systemctl restart {svc}",
+        "tree-(?P<p>.+)": {"command": "ls /srv/{p}", "allow_dotdot": True},
+        "opt-(?P<o>.+)": {"command": "tool {o}", "allow_dash": True},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("requested", "problem"),
+    [
+        ("cat-../secret", "contains a '..' path segment"),
+        ("cat-a/../../etc/shadow", "contains a '..' path segment"),
+        ("cat-a/..", "contains a '..' path segment"),
+        ("cat-..", "contains a '..' path segment"),
+        ("show---help", "starts with '-'"),
+        ("restart--x", "starts with '-'"),
+        ("cat-a;b", "characters outside"),
+    ],
+)
+def test_captures_that_climb_or_become_options_are_refused(requested, problem):
+    wl = parse(CAPTURES, "wl.toml")
+    assert wl.resolve(requested) is None
+    reason = wl.lookup(requested)
+    assert isinstance(reason, str) and problem in reason and repr(requested) in reason
+
+
+@pytest.mark.parametrize(
+    ("requested", "argv"),
+    [
+        ("cat-notes.txt", ["cat", "/srv/files/notes.txt"]),
+        ("cat-a...b", ["cat", "/srv/files/a...b"]),  # three dots are a name, not a climb
+        ("cat-sub/x-y", ["cat", "/srv/files/sub/x-y"]),  # '-' inside is fine
+        ("tree-../up", ["ls", "/srv/../up"]),  # the entry opted in
+        ("opt---help", ["tool", "--help"]),  # the entry opted in
+    ],
+)
+def test_safe_captures_and_opted_in_entries_resolve(requested, argv):
+    assert parse(CAPTURES, "wl.toml").resolve(requested) == argv
+
+
+def test_an_opt_in_covers_only_what_it_names():
+    wl = parse(CAPTURES, "wl.toml")
+    assert wl.resolve("tree--x") is None  # dotdot allowed, not a leading dash
+    assert wl.resolve("opt-../x") is None  # dash allowed, not a climb
+
+
+# --- entries written as tables --------------------------------------------------------------
+
+
+def test_a_table_entry_keeps_its_env_list_and_a_string_entry_has_none():
+    wl = parse(
+        {"commands": {"deploy": {"command": "deploy now", "env": ["APP_*", "PATH"]}, "up": "up"}},
+        "wl.toml",
+    )
+    found = wl.lookup("deploy")
+    assert not isinstance(found, str)
+    assert found.argv == ["deploy", "now"] and found.rule.env == ("APP_*", "PATH")
+    up = wl.lookup("up")
+    assert not isinstance(up, str) and up.rule.env is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "problem"),
+    [
+        ({"env": ["A"]}, "commands.x.command", "non-empty command line"),
+        ({"command": "true", "envs": []}, "commands.x.envs", "unknown key"),
+        ({"command": "true", "env": "A"}, "commands.x.env", "expected a list"),
+        ({"command": "true", "env": ["A B"]}, "commands.x.env", "not a variable name"),
+        ({"command": "true", "allow_dash": "yes"}, "commands.x.allow_dash", "true or false"),
+    ],
+)
+def test_bad_table_entries_name_the_key(entry, key, problem):
+    with pytest.raises(ConfigError) as info:
+        parse({"commands": {"x": entry}}, "wl.toml")
+    assert info.value.key == key and problem in info.value.problem
+
+
+def test_table_entries_load_from_a_file(tmp_path):
+    path = tmp_path / "whitelist.toml"
+    path.write_text(
+        '[commands]\ntrue = "true"\n\n'
+        '[commands."cat-(?P<f>.+)"]\ncommand = "cat /srv/{f}"\nallow_dotdot = true\n'
+    )
+    wl = load(path)
+    assert wl.resolve("true") == ["true"]
+    assert wl.resolve("cat-../x") == ["cat", "/srv/../x"]

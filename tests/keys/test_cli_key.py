@@ -20,6 +20,9 @@ runner = CliRunner()
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("PUSHJOBS_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("PUSHJOBS_KEY_REGISTRY", raising=False)
+    # No client config anywhere: the commands work on the default registry file.
+    monkeypatch.delenv("PUSHJOBS_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     return tmp_path
 
 
@@ -116,7 +119,8 @@ def test_add_role_on_a_node_is_refused(env):
 
 
 def test_list_table_json_and_filter(env):
-    assert invoke("list").stdout.strip() == "no keys"
+    where = f"registry file {env / 'home' / 'registry.json'}"
+    assert invoke("list").stdout.strip() == f"no keys ({where})"
     invoke("add", gen(env, "web-01"), gen(env, "web-02"))
     invoke("add", gen(env, "alice", "user"), "--accept")
     lines = invoke("list").stdout.splitlines()
@@ -126,7 +130,13 @@ def test_list_table_json_and_filter(env):
     listed = json.loads(invoke("list", "--state", "pending", "--json").stdout)
     assert [e["name"] for e in listed] == ["web-01", "web-02"]
     assert set(listed[0]) >= {"name", "kind", "role", "state", "fingerprint", "curve_public"}
-    assert invoke("list", "--state", "denied").stdout.strip() == "no keys in state denied"
+    assert (
+        invoke("list", "--state", "denied").stdout.strip() == f"no keys in state denied ({where})"
+    )
+    assert [e["name"] for e in json.loads(invoke("list", "web-*", "--json").stdout)] == [
+        "web-01",
+        "web-02",
+    ]
 
 
 def test_list_bad_state_is_a_usage_error(env):
@@ -140,7 +150,8 @@ def test_show_with_denied_keys(env):
         "web-01", "node", impostor.ed25519_public, impostor.curve_public, auto_accept=True
     )
     shown = json.loads(invoke("show", "web-01", "--json").stdout)
-    assert shown["state"] == "accepted" and shown["fingerprint"].startswith("SHA256:")
+    assert shown["key"]["state"] == "accepted"
+    assert shown["key"]["fingerprint"].startswith("SHA256:")
     assert [d["fingerprint"] for d in shown["denied"]] == [impostor.fingerprint]
     text = invoke("show", "web-01").stdout
     assert "fingerprint  SHA256:" in text
@@ -186,7 +197,7 @@ def test_unknown_and_illegal_are_reported_after_doing_the_others(env):
 def test_delete_with_yes_and_json(env):
     invoke("add", gen(env, "a"), gen(env, "b"))
     result = invoke("delete", "a", "--yes")
-    assert result.exit_code == 0 and result.stdout.strip() == "a: deleted (was pending)"
+    assert result.exit_code == 0 and result.stdout.strip() == "a: pending -> deleted"
     result = invoke("delete", "b", "ghost", "-y", "--json")
     assert result.exit_code == 1
     rows = json.loads(result.stdout)
@@ -256,3 +267,27 @@ def test_through_the_real_entry_point(env):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["name"] == "n1"
     assert (env / "home" / "keys" / "n1.key").exists()
+
+
+def test_accept_takes_globs_and_all(env):
+    invoke("add", gen(env, "web-01"), gen(env, "web-02"), gen(env, "db-01"))
+    result = invoke("accept", "web-*")
+    assert result.stdout.splitlines() == [
+        "web-01: pending -> accepted",
+        "web-02: pending -> accepted",
+    ]
+    result = invoke("accept", "mail-*")
+    assert result.exit_code == 8 and "no key matches 'mail-*'" in result.stderr
+    assert invoke("accept", "--all").stdout.strip() == "db-01: pending -> accepted"
+    assert invoke("accept", "-A").exit_code == 8  # nothing pending any more
+    assert invoke("accept").exit_code == 2  # neither names nor --all
+
+
+def test_with_a_client_config_the_commands_ask_the_server(env, monkeypatch):
+    config = env / "client.toml"
+    config.write_text('[client]\nserver = "tcp://127.0.0.1:9"\n')
+    monkeypatch.setenv("PUSHJOBS_CONFIG", str(config))
+    result = invoke("list")
+    # No registry file is read: the config is incomplete, and the error says what it needs.
+    assert result.exit_code == 9 and "client.server_key" in result.stderr
+    assert invoke("list", "--registry", env / "r.json").exit_code == 0
