@@ -1,7 +1,9 @@
 """``pushjobs-agent`` (``python -m agent.main``): arguments, logging, signals, exit codes.
 
-Exit codes: 0 stopped on SIGTERM/SIGINT; 1 a start-up error; 2 the configuration is wrong.
-SIGHUP reloads the whitelist.
+Exit codes (the CLI's table, ``pushjobs.cli.exitcodes``): 0 stopped on SIGTERM/SIGINT
+(a running job is aborted first); 1 a start-up error; 2 bad arguments; 9 the
+configuration is wrong (a file or a value). SIGHUP reopens the log file (``--log-file``,
+for logrotate) and reloads the whitelist.
 """
 
 from __future__ import annotations
@@ -14,57 +16,72 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.config import AgentConfig
+from agent.config import CONFIG_FILE, AgentConfig
 from agent.daemon import Agent
 from agent.reaper import Reaper
+from pushjobs import __version__, logsetup, paths
+from pushjobs.cli.exitcodes import Exit
 from pushjobs.config import load_config
 from pushjobs.errors import ConfigError, PushJobsError
 
 log = logging.getLogger("pushjobs.agent")
+PROGRAM = "pushjobs-agent"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="pushjobs-agent",
+        prog=PROGRAM,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The pushjobs node agent: heartbeats, and whitelisted jobs from the server.",
-        epilog="Example: pushjobs-agent --config /etc/pushjobs/agent.toml",
+        epilog=f"Exit codes: 0 stopped (SIGTERM), 1 failed, 2 bad arguments, 9 bad configuration.\n"
+        f"SIGHUP reopens the log file and reloads the whitelist.\n"
+        f"Example: {PROGRAM} --config /etc/pushjobs/agent.toml --log-format json",
     )
     parser.add_argument(
         "--config",
         type=Path,
         default=os.environ.get("PUSHJOBS_AGENT_CONFIG") or None,
-        help="agent TOML file (default: $PUSHJOBS_AGENT_CONFIG)",
+        help=f"agent TOML file (default: $PUSHJOBS_AGENT_CONFIG, else "
+        f"{paths.config_dir() / CONFIG_FILE} if present)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    parser.add_argument("--version", action="version", version=f"{PROGRAM} {__version__}")
+    logsetup.add_arguments(parser)
     return parser.parse_args(argv)
+
+
+def exit_code(exc: PushJobsError) -> Exit:
+    """9 for a configuration error (as the CLI), 1 for anything else: a systemd restart may
+    cure a port in use or a key file created since, never a wrong config file."""
+    return Exit.CONFIG if isinstance(exc, ConfigError) else Exit.FAILED
+
+
+def _fail(exc: PushJobsError) -> SystemExit:
+    sys.stderr.write(f"{PROGRAM}: error: {exc}\n")
+    return SystemExit(int(exit_code(exc)))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parse_args(argv)
     try:
-        config = load_config(AgentConfig, args.config, env_prefix="PUSHJOBS_AGENT_")
-        name = config.agent.name or "?"
-        logging.basicConfig(
-            level=logging.DEBUG if args.verbose else logging.INFO,
-            format=f"%(asctime)s pushjobs-agent {name}: %(message)s",
-            stream=sys.stderr,
-        )
+        path = args.config if args.config is not None else paths.default_config(CONFIG_FILE)
+        config = load_config(AgentConfig, path, env_prefix="PUSHJOBS_AGENT_")
+        logs = logsetup.from_arguments(f"{PROGRAM} {config.agent.name or '?'}", args)
     except PushJobsError as exc:
-        sys.stderr.write(f"pushjobs-agent: error: {exc}\n")
-        raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
+        raise _fail(exc) from None
     # The watchdog that ends a running job if this agent dies, even by SIGKILL.
     reaper = Reaper()
     try:
         agent = Agent(config, reaper=reaper)
     except PushJobsError as exc:
         reaper.close()
-        sys.stderr.write(f"pushjobs-agent: error: {exc}\n")
-        raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
+        raise _fail(exc) from None
+    log.info("%s %s started (config: %s)", PROGRAM, __version__, path or "built-in defaults")
 
     def stop(signum: int, frame: object) -> None:
         agent.stopping = True
 
     def hup(signum: int, frame: object) -> None:
+        log.info("SIGHUP: %s; reloading the whitelist", logs.reopen())
         agent.reload_requested = True
 
     signal.signal(signal.SIGTERM, stop)
@@ -73,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.set_wakeup_fd(agent.wake_w)  # a signal wakes the poller at once
     agent.run()
     log.info("stopped")
-    raise SystemExit(0)
+    raise SystemExit(int(Exit.OK))
 
 
 if __name__ == "__main__":

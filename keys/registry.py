@@ -206,9 +206,7 @@ class KeyRegistry:
             return main.state
         return _known_state(self._file.read(), public)
 
-    def record(
-        self, presented: Sequence[Presented], *, now_ms: int | None = None
-    ) -> States:
+    def record(self, presented: Sequence[Presented], *, now_ms: int | None = None) -> States:
         """Record many presentations in one write; the state each got."""
         at = self._now(now_ms)
         states: list[KeyState] = []

@@ -12,6 +12,12 @@ Layout under ``root``::
 
 Every process is started with its own stdout pipe (for its one ``ready`` line) and its
 stderr in ``logs/``; ``stop()`` ends each by PID (SIGTERM, then SIGKILL) and waits.
+
+Ports. No number is chosen here for a daemon to bind later (another socket could take it
+in between): the server's first start binds ``tcp://127.0.0.1:*`` and its ready line
+names what it bound, which is then pinned in ``server.toml`` (a restart comes back there)
+and written into ``client.toml`` and the agents' configs. A start on a pinned or fixed
+port retries while the port is held (``Address already in use``) until its deadline.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ import os
 import signal
 import socket
 import sys
+import time
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from keys import files
 from keys.identity import PrivateIdentity, generate
@@ -43,10 +52,27 @@ DEFAULT_WHITELIST = {
 }
 
 
+ANY_PORT = "tcp://127.0.0.1:*"  # the server's binds, and the configs' endpoint, till bound
+IN_USE = "Address already in use"
+RETRY_PAUSE_S = 0.1
+
+
 def free_port() -> int:
+    """A port nothing listens on now: to connect to, never to bind later (bind '*')."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def ready_fields(line: str) -> dict[str, str]:
+    """The ``key=value`` words of a ready line (``... ready api=tcp://... reply=...``)."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+def with_port(endpoint: str, port: str) -> str:
+    """``endpoint`` (``tcp://host:port`` or ``tcp://host:*``) with its port replaced."""
+    host, _, _ = endpoint.rpartition(":")
+    return f"{host}:{port}"
 
 
 @dataclass
@@ -67,9 +93,8 @@ class Sandbox:
         self.root = self.root.resolve()
         self.keys_dir = self.root / "keys"
         self.registry_path = self.root / "registry.json"
-        self.api = f"tcp://127.0.0.1:{free_port()}"
-        self.heartbeat = f"tcp://127.0.0.1:{free_port()}"
-        self.reply = f"tcp://127.0.0.1:{free_port()}"
+        # Real endpoints once the server has bound them (start_server); ANY_PORT till then.
+        self.api = self.heartbeat = self.reply = ANY_PORT
         self.identities: dict[str, PrivateIdentity] = {}
 
     # --- files ---------------------------------------------------------------------------
@@ -179,23 +204,79 @@ class Sandbox:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def start_server(self, *, timeout_s: float = 20.0) -> Proc:
+    @property
+    def bound(self) -> bool:
+        """Whether the server has bound its endpoints (and they are in every config)."""
+        return self.api != ANY_PORT
+
+    def start_server(self, *, timeout_s: float = 20.0, args: Sequence[str] = ()) -> Proc:
+        """Start the server (``args`` added to its command line); the first start learns
+        its endpoints and pins them."""
         argv = [sys.executable, "-m", "server.main", "--config", str(self.server_config_path)]
-        return self._start("server", argv, "pushjobs-server", timeout_s)
+        argv += args
+        proc = self._start("server", argv, "pushjobs-server", timeout_s)
+        if not self.bound:
+            self._pin(ready_fields(proc.ready_line))
+        return proc
+
+    def _pin(self, ready: Mapping[str, str]) -> None:
+        """Write the endpoints the server bound into server.toml, client.toml, agents/*.toml."""
+        try:
+            self.api, self.heartbeat, self.reply = (ready[k] for k in ("api", "heartbeat", "reply"))
+        except KeyError as exc:
+            raise SandboxError(f"the server's ready line names no {exc.args[0]} endpoint") from None
+        server = _read(self.server_config_path)["server"]
+        binds = {"api_bind": self.api, "heartbeat_bind": self.heartbeat, "reply_bind": self.reply}
+        pinned = {k: with_port(server[k], v.rpartition(":")[2]) for k, v in binds.items()}
+        _patch(self.server_config_path, "server", pinned)
+        _patch(self.client_config_path, "client", {"server": self.api})
+        for path in sorted((self.root / "agents").glob("*.toml")):
+            if _read(path)["agent"].get("servers") == [ANY_PORT]:  # else chosen: left alone
+                _patch(path, "agent", {"servers": [self.api]})
+
+    def pin_agent_port(self, name: str) -> str:
+        """Keep node ``name``'s command socket on the port its running agent bound, so a
+        restart comes back there (one that finds it taken retries); that endpoint."""
+        endpoint = ready_fields(self.procs[name].ready_line)["command"]
+        _patch(self.root / "agents" / f"{name}.toml", "agent", {"command_bind": endpoint})
+        return endpoint
 
     def start_agent(
-        self, name: str, *, timeout_s: float = 20.0, process: str | None = None
+        self,
+        name: str,
+        *,
+        timeout_s: float = 20.0,
+        process: str | None = None,
+        args: Sequence[str] = (),
     ) -> Proc:
         """Node ``name``'s agent; ``process`` names a second one with the same key and config
-        (a duplicate, as an operator might start by mistake)."""
-        return self._start(process or name, self._agent_argv(name), "pushjobs-agent", timeout_s)
+        (a duplicate, as an operator might start by mistake); ``args`` go on its command line."""
+        self._need_server()
+        argv = [*self._agent_argv(name), *args]
+        return self._start(process or name, argv, "pushjobs-agent", timeout_s)
 
     def start_agents(self, names: Iterable[str] | None = None, *, timeout_s: float = 20.0) -> None:
+        self._need_server()
         names = list(self.nodes if names is None else names)
-        started = [(n, self._spawn(n, self._agent_argv(n))) for n in names]
-        for name, proc in started:
-            await_ready(proc, "pushjobs-agent", timeout_s)
+        deadline = time.monotonic() + timeout_s
+        started = [(n, self._log_size(n), self._spawn(n, self._agent_argv(n))) for n in names]
+        for name, logged, proc in started:
             self.procs[name] = proc
+            self._await(
+                name,
+                proc,
+                logged,
+                self._agent_argv(name),
+                marker="pushjobs-agent",
+                deadline=deadline,
+            )
+
+    def _need_server(self) -> None:
+        if not self.bound:
+            raise SandboxError(
+                "start the server first: the agents' configs name its API endpoint, "
+                "which is known once it has bound"
+            )
 
     def start_simulator(
         self,
@@ -242,10 +323,35 @@ class Sandbox:
         return [sys.executable, "-m", "agent.main", "--config", config]
 
     def _start(self, name: str, argv: list[str], marker: str, timeout_s: float) -> Proc:
+        deadline = time.monotonic() + timeout_s
+        logged = self._log_size(name)
         proc = self._spawn(name, argv)
         self.procs[name] = proc
-        await_ready(proc, marker, timeout_s)
-        return proc
+        return self._await(name, proc, logged, argv, marker=marker, deadline=deadline)
+
+    def _await(
+        self, name: str, proc: Proc, logged: int, argv: list[str], *, marker: str, deadline: float
+    ) -> Proc:
+        """Wait for ``proc``'s ready line; while its port is held by another socket, start it
+        again until ``deadline`` (the holder is usually a connection about to close).
+        ``logged`` is the size of its log before it started: what follows is its own."""
+        while True:
+            try:
+                await_ready(proc, marker, max(0.0, deadline - time.monotonic()))
+                return proc
+            except SandboxError as exc:
+                if IN_USE not in _text_from(proc.log_path, logged):
+                    raise
+                if time.monotonic() + RETRY_PAUSE_S >= deadline:
+                    raise SandboxError(f"{name}: its port stayed in use: {exc}") from None
+            time.sleep(RETRY_PAUSE_S)  # a bounded pause before binding the same port again
+            logged = self._log_size(name)
+            proc = self._spawn(name, argv)
+            self.procs[name] = proc
+
+    def _log_size(self, name: str) -> int:
+        path = self.root / "logs" / f"{name}.log"
+        return path.stat().st_size if path.exists() else 0
 
     def _spawn(self, name: str, argv: list[str], *, stdin: bool = False) -> Proc:
         old = self.procs.get(name)
@@ -270,3 +376,24 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return tomllib.loads(path.read_text())
+
+
+def _patch(path: Path, table: str, values: Mapping[str, object]) -> None:
+    """Set ``values`` in ``[table]`` of the TOML file at ``path``, keeping the rest."""
+    config = _read(path)
+    config.setdefault(table, {}).update(values)
+    path.write_text(toml_text(config))
+
+
+def _text_from(path: Path, offset: int) -> str:
+    """What was appended to ``path`` past ``offset``."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

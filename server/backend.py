@@ -21,12 +21,12 @@ from pushjobs.log.topics import TopicNames
 from server.channels import Channels
 from server.coordinator import Coordinator
 from server.enrolment import Enrolment
-from server.watches import Watches
 from server.handlers import JobRequest
 from server.intake import NodeIntake
 from server.jobs import Jobs
 from server.leadership import Leadership
 from server.nodes import NodeTable
+from server.watches import Watches
 
 OUTPUT_FIELDS = (
     "job_id",

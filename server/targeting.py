@@ -45,7 +45,7 @@ def select(
 ) -> list[str]:
     """Names targeted by ``selectors``, in first-match order.
 
-    ``TargetError`` if a selector is malformed or matches none; ``NotFound`` naming every
+    ``TargetError`` if a selector is malformed; ``NotFound`` if one matches none, naming every
     plain name that is neither a reported node nor one ``exists`` knows (the registry).
     """
     known = list(nodes)
@@ -71,7 +71,7 @@ def select(
             if selector not in reported and not exists(selector):
                 unknown.append(selector)
         if not hits:
-            raise TargetError(f"no node matches {selector!r}")
+            raise NotFound(f"no node matches {selector!r} (see pushjobs node list)")
         chosen.update(dict.fromkeys(hits))
     if unknown:
         names = ", ".join(repr(name) for name in unknown)

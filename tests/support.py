@@ -1,9 +1,15 @@
-"""Helpers shared by tests: waiting on conditions (never sleeping blindly), free ports,
-CurveZMQ key pairs."""
+"""Helpers shared by tests: waiting on conditions (never sleeping blindly), CurveZMQ key
+pairs.
+
+There is no "free port" helper on purpose: a number picked by binding port 0, closing and
+binding it again later can be taken in between by any other socket (parallel workers
+share the machine). Bind ``tcp://127.0.0.1:*`` and read the port back
+(``pushjobs.transport.sockets.bound_endpoint``), or let the sandbox start the daemon and
+read its ready line (``pushjobs.sandbox``).
+"""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -26,12 +32,6 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0, step_s: floa
             raise AssertionError(f"condition not met within {timeout_s} s: {predicate!r}")
         # The one sanctioned poll: a real process's condition, bounded by the deadline.
         time.sleep(step_s)  # noqa
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def curve_keys() -> CurveKeys:

@@ -1,16 +1,25 @@
-"""Exit codes of the ``pushjobs`` CLI, stable for scripts."""
+"""Exit codes of the ``pushjobs`` CLI and the daemons: one table, stable for scripts.
+
+``CODES`` is the table: every code with its name and one line of meaning. The README's
+table, every command's ``--help`` epilogue (``epilog``) and ``for_error`` come from it,
+and ``tests/cli/test_exitcodes.py`` checks the README against it. ``pushjobs-server`` and
+``pushjobs-agent`` use the same numbers where they mean the same thing: 0 a clean stop,
+2 bad arguments, 9 bad configuration (systemd is told not to restart on 9), 1 anything
+else that stopped them.
+"""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
 from pushjobs import errors
+from pushjobs.api import methods
 
 
 class Exit(IntEnum):
     OK = 0
-    FAILED = 1  # the operation ran and something in it failed (e.g. a node failed)
-    USAGE = 2  # bad arguments; the same code click uses for usage errors
+    FAILED = 1
+    USAGE = 2
     QUORUM_FAILED = 3
     TIMED_OUT = 4
     ABORTED = 5
@@ -18,7 +27,46 @@ class Exit(IntEnum):
     UNAUTHORIZED = 7
     NOT_FOUND = 8
     CONFIG = 9
-    ERROR = 10  # any other pushjobs error
+    ERROR = 10
+
+
+CODES: dict[Exit, str] = {
+    Exit.OK: "success: every targeted node succeeded",
+    Exit.FAILED: "it ran and part of it failed (a node failed, crashed or was unavailable)",
+    Exit.USAGE: "bad arguments, or a request the server refused as malformed",
+    Exit.QUORUM_FAILED: "too few nodes accepted the job to meet its quorum",
+    Exit.TIMED_OUT: "the job ran past its run timeout",
+    Exit.ABORTED: "the job was aborted",
+    Exit.UNREACHABLE: "no answer from the server, or no server leading",
+    Exit.UNAUTHORIZED: "the user's key or role does not allow it",
+    Exit.NOT_FOUND: "no such job, node, key, topic or input; a selector matching no node",
+    Exit.CONFIG: "configuration: a missing or invalid config file, setting or endpoint",
+    Exit.ERROR: "any other error",
+}
+"""Every exit code and what it means, in order."""
+
+
+def epilog() -> str:
+    """The exit-code table as the end of a command's ``--help``."""
+    width = max(len(code.name) for code in CODES)
+    rows = [f"{int(code):>2}  {code.name.lower():<{width}}  {text}" for code, text in CODES.items()]
+    # \b keeps click from rewrapping the block into one paragraph.
+    return "Exit codes:\n\n\b\n" + "\n".join(rows)
+
+
+def markdown_table() -> str:
+    """The table as the README shows it."""
+    lines = ["| code | name | meaning |", "|---|---|---|"]
+    lines += [f"| {int(c)} | `{c.name.lower()}` | {text} |" for c, text in CODES.items()]
+    return "\n".join(lines)
+
+
+_BY_API_CODE = {
+    methods.BAD_REQUEST: Exit.USAGE,
+    methods.NOT_FOUND: Exit.NOT_FOUND,
+    methods.UNAUTHORIZED: Exit.UNAUTHORIZED,
+    methods.NOT_LEADER: Exit.UNREACHABLE,
+}
 
 
 def for_error(exc: errors.PushJobsError) -> Exit:
@@ -26,6 +74,7 @@ def for_error(exc: errors.PushJobsError) -> Exit:
     table: tuple[tuple[type[errors.PushJobsError], Exit], ...] = (
         (errors.ConfigError, Exit.CONFIG),
         (errors.Unreachable, Exit.UNREACHABLE),
+        (errors.TransportError, Exit.CONFIG),  # a socket refused its endpoint (--server)
         (errors.Unauthorized, Exit.UNAUTHORIZED),
         (errors.NotFound, Exit.NOT_FOUND),
         (errors.UnknownIdentity, Exit.NOT_FOUND),
@@ -35,4 +84,6 @@ def for_error(exc: errors.PushJobsError) -> Exit:
     for cls, code in table:
         if isinstance(exc, cls):
             return code
+    if isinstance(exc, errors.ApiError):
+        return _BY_API_CODE.get(exc.code, Exit.ERROR)
     return Exit.ERROR

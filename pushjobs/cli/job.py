@@ -190,8 +190,7 @@ def start(
 ) -> None:
     """Run COMMAND on the selected nodes and wait for every node to finish.
 
-    Exit code 0 only if every node succeeded; 1 some failed, 3 quorum failed,
-    4 timed out, 5 aborted, 6 server unreachable, 2 bad arguments.
+    Exit code 0 only if every node succeeded; every code is listed below.
 
     Example: pushjobs job start uptime 'web-*' --quorum 90% --timeout 60 --capture
 

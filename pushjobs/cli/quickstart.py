@@ -16,12 +16,11 @@ from typing import Annotated, Any
 import typer
 
 from pushjobs.api.client import ApiClient
+from pushjobs.cli import jobview
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.errors import PushJobsError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
-
-TERMINAL_JOB_STATES = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -43,24 +42,12 @@ def _wait_online(client: ApiClient, names: list[str], timeout_s: float) -> None:
 
 def _follow(client: ApiClient, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
-    while job["state"] not in TERMINAL_JOB_STATES:
+    while job["state"] not in jobview.TERMINAL:
         if time.monotonic() >= deadline:
             raise Unreachable(f"job {job['job_id']} still {job['state']} after {timeout_s:g} s")
         params = {"job_id": job["job_id"], "version": job["version"], "wait_s": 2.0}
         job = client.call("job.watch", params)["job"]
     return job
-
-
-def _exit_for(job: dict[str, Any]) -> Exit:
-    state = job["state"]
-    if state == "quorum_failed":
-        return Exit.QUORUM_FAILED
-    if state == "timed_out":
-        return Exit.TIMED_OUT
-    if state == "aborted":
-        return Exit.ABORTED
-    nodes = job["nodes"].values()
-    return Exit.OK if all(n["state"] == "succeeded" for n in nodes) else Exit.FAILED
 
 
 def quickstart(
@@ -123,7 +110,7 @@ def _quickstart(nodes: int, command: str, directory: Path | None, as_json: bool)
                         outputs[name] = found["stdout"].strip().splitlines()
                     except PushJobsError:
                         outputs[name] = []
-        code = _exit_for(job)
+        code = jobview.exit_code_for(job)
         if as_json:
             print_json({"job": job, "output": outputs, "dir": str(root)})
         else:

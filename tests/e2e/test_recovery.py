@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from tests.e2e.conftest import Fleet
+from tests.support import wait_until
 
 
 def _kill_leftover(pidfile: Path) -> None:
@@ -87,3 +88,30 @@ def test_server_killed_while_voting_resends_the_commit(fleet: Fleet) -> None:
     assert done["state"] == "complete", done
     for name in ("node-1", "node-2"):
         assert (fleet.root / f"count-{name}").read_text() == "x\n"
+
+
+def test_agent_restarted_mid_run_on_its_own_port_is_crashed_as_restarted(fleet: Fleet) -> None:
+    endpoint = fleet.sandbox.pin_agent_port("node-1")
+    before = fleet.node("node-1")["incarnation"]
+    fleet.sandbox.kill("node-1", signal.SIGTERM)
+    fleet.sandbox.start_agent("node-1")  # on the pinned port from now on
+    # The same endpoint as before: only a new incarnation says the new agent is the one heard.
+    wait_until(
+        lambda: (
+            (row := fleet.node("node-1"))["online"]
+            and row["incarnation"] != before
+            and row["command_endpoint"] == endpoint
+        ),
+        timeout_s=20,
+    )
+    job = fleet.start("sleeper", ["node-1"])
+    fleet.wait_node_state(job["job_id"], "node-1", "running")
+    fleet.sandbox.kill("node-1", signal.SIGKILL)
+    try:
+        fleet.sandbox.start_agent("node-1")  # back before the offline threshold passes
+        done = fleet.wait_job(job["job_id"])
+        assert done["state"] == "complete"
+        assert done["nodes"]["node-1"]["state"] == "crashed"
+        assert "restarted" in done["nodes"]["node-1"]["reason"]
+    finally:
+        _kill_leftover(fleet.root / "pid-node-1")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pushjobs.errors import NotFound, TargetError
@@ -33,11 +35,15 @@ def test_select(selectors, expected):
     assert select(selectors, FLEET, exists=REGISTERED.__contains__) == expected
 
 
+def test_selectors_matching_nothing_are_not_found():
+    for selector in ("os=windows", "xyz-*"):
+        with pytest.raises(NotFound, match=f"no node matches '{re.escape(selector)}'"):
+            select([selector], FLEET, exists=REGISTERED.__contains__)
+
+
 @pytest.mark.parametrize(
     ("selectors", "needle"),
     [
-        (["os=windows"], "no node matches 'os=windows'"),
-        (["xyz-*"], "no node matches 'xyz-*'"),
         (["os="], "bad query term"),
         (["=linux"], "bad query term"),
         (["os=linux,web"], "bad query term 'web'"),
