@@ -17,6 +17,13 @@ job's vote or run deadline, the lease, a parked watch), then:
 
 So a command on the wire always follows its durable cause, and a crash at any point
 loses nothing the log did not already have; each component says what a kill does to it.
+
+The server's own stall is never a node's silence (DESIGN section 5). A turn that starts
+later than its poll allowed, or follows a turn whose work took long, means the server was
+not reading (SIGSTOP, a swap storm, a slow disk): when that exceeds an interval, every
+node's offline deadline and every job deadline moves later by the stall (``stalled``).
+Before any node is expired, what waits on the reply socket is read. A new leader gives
+every node a full offline window from the moment it serves.
 """
 
 from __future__ import annotations
@@ -186,6 +193,7 @@ class Server:
         )
         self.stopping = False
         now = self.clock.monotonic()
+        self.turn_started = self.poll_started = self.poll_until = now
         self.next_beat = now
         self.next_registry = now + section.registry_check_s
         self.next_compact = now + section.compact_every_s if section.compact_every_s else None
@@ -206,12 +214,21 @@ class Server:
         )
         self.out.flush()
         while not self.stopping:
-            ready = dict(poller.poll(round(self.wait_s() * 1000)))
+            wait_s = self.wait_s()
+            self.poll_started = self.clock.monotonic()
+            self.poll_until = self.poll_started + wait_s
+            ready = dict(poller.poll(round(wait_s * 1000)))
             self.turn(ready)
         self.flush()
 
     def turn(self, ready: dict[Any, int]) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
+        # Time this process could not read: woken later than its poll allowed, plus the
+        # last turn's own work.
+        blind_s = max(0.0, now - self.poll_until) + max(0.0, self.poll_started - self.turn_started)
+        self.turn_started = now
+        if blind_s > self.config.liveness.interval_s:
+            self.stalled(blind_s, now, now_ms)
         if self.channels.replies in ready:
             self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
             for node, contact in self.enrolment.stale_contacts(self.sessions.take_stale(), now):
@@ -239,12 +256,20 @@ class Server:
 
     def timers(self) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
+        if now - self.turn_started > self.config.liveness.interval_s:
+            # Stopped in the middle of this turn, after its start was judged.
+            self.stalled(now - self.turn_started, now, now_ms)
+            self.turn_started = now
         if now >= self.leadership.next_renewal:
             self.renew(now)
         if now >= self.next_beat:
             leader = self.leadership.leader
             self.channels.publish(self.outbox.frames(ServerHeartbeat, now_ms, leader=leader))
             self.next_beat = now + self.config.liveness.interval_s
+        if self.intake.expiry_due(now):
+            # Silence is judged on what was sent, not on what this server got round to:
+            # read what is waiting first.
+            self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
         self.intake.expire(now, now_ms)
         if now >= self.next_registry:
             for node in self.enrolment.revoked():
@@ -256,6 +281,18 @@ class Server:
         if self.next_compact is not None and now >= self.next_compact:
             self.compact()
             self.next_compact = now + self.config.server.compact_every_s
+
+    def stalled(self, blind_s: float, now: float, now_ms: int) -> None:
+        """Nothing could be heard for ``blind_s``: move every deadline that long later."""
+        log.warning("server stalled for %.1f s: node and job deadlines moved by as much", blind_s)
+        self.intake.stalled(blind_s)
+        # Agents that saw this server fall silent wait for it to be online again (their
+        # online threshold) before they send anything: a full window after that.
+        live = self.config.liveness
+        self.liveness.grant(now, live.online_threshold * live.interval_s)
+        later_ms = now_ms + round(blind_s * 1000)
+        for job in self.jobs.coordinator.active():
+            job.rearm(later_ms)
 
     def cut_off(self, node: str, now: float, now_ms: int) -> None:
         """A revoked node: its jobs are aborted on it first, so what the job calls crashed
@@ -270,6 +307,7 @@ class Server:
         if self.leadership.renew(now) is not Lease.TOOK_OVER:
             return
         live = self.config.liveness
+        self.liveness.grant(now)  # a full offline window for every node, from now
         grace_s = 3 * live.interval_s * live.offline_threshold + 2.0
         awaited = self.jobs.take_over(
             self.intake.standby_replies, self.clock.wall_ms(), round(grace_s * 1000)

@@ -230,7 +230,9 @@ class Enrolment:
         return out
 
     def _admit(self, req: ConfigRequest, now: float) -> NodeConfig:
-        session = self.sessions.issue(req.sender, now)
+        known = self.nodes.get(req.sender)
+        restarted = known is None or known.incarnation != req.incarnation
+        session = self.sessions.issue(req.sender, now, restarted=restarted)
         self.nodes.register(req.sender, req.command_endpoint, req.facts, req.tags)
         old = self.contacts.get(req.sender)
         if old is not None and old.curve != req.curve_public:

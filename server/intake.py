@@ -143,6 +143,18 @@ class NodeIntake:
             self.awaited.clear()
             self.awaited_until = None
 
+    def expiry_due(self, now: float) -> bool:
+        """Whether some node's offline deadline has passed by ``now``."""
+        deadline = self.liveness.next_deadline()
+        return deadline is not None and deadline <= now
+
+    def stalled(self, blind_s: float) -> None:
+        """This server could not read for ``blind_s``: no silence of that long counts."""
+        self.counters["stalls"] += 1
+        self.liveness.stall(blind_s)
+        if self.awaited_until is not None:
+            self.awaited_until += blind_s
+
     def await_nodes(self, names: set[str], until: float) -> None:
         """After a takeover: ``names`` owe results; give them until ``until`` to show up."""
         self.awaited = names

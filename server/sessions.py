@@ -5,10 +5,17 @@ key it was given, and nobody else holds it. (An Ed25519 signature per command co
 the time to fan a job out to 10,000 nodes; an HMAC costs 1/30th of it.)
 
 A node gets a fresh session key with every accepted config request (so keys rotate with
-each server incarnation and whenever a node asks again). The previous key of a node stays
-valid for ``grace_s``: messages the node sent just before it switched keys still verify.
-A revoked node loses every key at once. Each key is bound to its node: a node holding a
-valid key cannot sign for another (``HmacVerifier.owner``).
+each server incarnation and whenever a node asks again). A key is replaced only once the
+node proves it holds a newer one: the node may never get a reply (its request timed out
+while this server was stalled, its socket was gone), and retiring the key it still uses
+would silence it. So every key issued stays valid until the node is heard using a newer
+one; then the older ones stay valid for ``grace_s`` more (messages sent just before the
+switch) and retire. Commands are signed with the key the node was last heard using (an
+agent trusts its previous key as well as its newest), the newest when it has not been
+heard with a key still valid. At most ``MAX_LIVE`` keys per node stay valid: a node
+asking again and again without ever using its keys cannot pile them up. A revoked node
+loses every key at once. Each key is bound to its node: a node holding a valid key cannot
+sign for another (``HmacVerifier.owner``).
 
 A key that stopped verifying is remembered (the newest ``RETIRED_KEEP``): a message
 signed with it is still refused, but the node it belonged to is noted (``take_stale``),
@@ -31,6 +38,7 @@ from pushjobs.protocol.signing import (
 )
 
 RETIRED_KEEP = 100_000  # retired key ids remembered, for telling their nodes
+MAX_LIVE = 4  # keys per node valid at once (issued, not yet superseded by a newer one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,25 +56,40 @@ class SessionKeys:
     def __init__(self, grace_s: float = 10.0) -> None:
         self.grace_s = grace_s
         self._verifiers: dict[str, HmacVerifier] = {}
-        self._current: dict[str, str] = {}  # node -> key id
-        self._signers: dict[str, HmacSigner] = {}  # node -> signer of its current key
+        self._key_signers: dict[str, HmacSigner] = {}  # key id -> signer with that key
+        self._live: dict[str, list[str]] = {}  # node -> key ids not superseded, oldest first
+        self._used: dict[str, str] = {}  # node -> key id it was last heard using
+        self._signers: dict[str, HmacSigner] = {}  # node -> signer of its commands
+        self._superseded: set[str] = set()  # a newer key was used: retire after the grace
         self._retiring: dict[str, float] = {}  # key id -> when it stops verifying
         self._retired: dict[str, str] = {}  # key id -> node, oldest first
         self._stale: set[str] = set()  # nodes heard under a retired key since take_stale
 
-    def issue(self, node: str, now: float) -> SessionKey:
-        """A new key for ``node``; its previous one retires after the grace period."""
-        old = self._current.get(node)
-        if old is not None:
-            self._retiring[old] = now + self.grace_s
+    def issue(self, node: str, now: float, *, restarted: bool = False) -> SessionKey:
+        """A new key for ``node``; the older ones stay valid until it uses this one.
+
+        ``restarted``: the asking agent is a new process, which cannot hold any older key:
+        they are superseded at once (valid for the grace only) and this one signs.
+        """
+        if restarted:
+            self._superseded.update(self._live.pop(node, []))
+            self._used.pop(node, None)
         key = SessionKey("s" + secrets.token_hex(12), node, secrets.token_bytes(SESSION_KEY_BYTES))
         self._verifiers[key.key_id] = HmacVerifier(key.secret, owner=node)
-        self._signers[node] = HmacSigner(key.key_id, key.secret)
-        self._current[node] = key.key_id
+        signer = self._key_signers[key.key_id] = HmacSigner(key.key_id, key.secret)
+        live = self._live.setdefault(node, [])
+        live.append(key.key_id)
+        while len(live) > MAX_LIVE:
+            self._retiring[live.pop(0)] = now + self.grace_s
+        if self._used.get(node) not in live:
+            # Not heard with a key it still holds: the newest is the best guess. Otherwise
+            # the key it uses stays the signer; the agent trusts its previous key too.
+            self._used.pop(node, None)
+            self._signers[node] = signer
         return key
 
     def signer(self, node: str) -> HmacSigner | None:
-        """Signs commands to ``node`` with its current session key (see ``Server._send``)."""
+        """Signs commands to ``node``: with the key it was last heard using."""
         return self._signers.get(node)
 
     def revoke(self, node: str) -> bool:
@@ -74,16 +97,23 @@ class SessionKeys:
         gone = [kid for kid, v in self._verifiers.items() if v.owner == node]
         for kid in gone:
             del self._verifiers[kid]
+            self._key_signers.pop(kid, None)
             self._retiring.pop(kid, None)
+            self._superseded.discard(kid)
             self._retire(kid, node)
-        self._current.pop(node, None)
+        self._live.pop(node, None)
+        self._used.pop(node, None)
         self._signers.pop(node, None)
         return bool(gone)
 
     def expire(self, now: float) -> None:
+        for kid in self._superseded:
+            self._retiring.setdefault(kid, now + self.grace_s)
+        self._superseded.clear()
         for kid, until in list(self._retiring.items()):
             if until <= now:
                 del self._retiring[kid]
+                self._key_signers.pop(kid, None)
                 gone = self._verifiers.pop(kid, None)
                 if gone is not None and gone.owner is not None:
                     self._retire(kid, gone.owner)
@@ -98,7 +128,21 @@ class SessionKeys:
                 self._stale.add(node)
                 raise UnknownKey(f"session key {key_id[:32]!r} of {node} has retired")
             raise UnknownKey(f"unknown session key {key_id[:32]!r}")
+        node = verifier.owner
+        if node is not None and self._used.get(node) != key_id:
+            self._heard_using(node, key_id)
         return verifier
+
+    def _heard_using(self, node: str, key_id: str) -> None:
+        """``node`` signed with ``key_id``: it holds that key; older ones are superseded."""
+        live = self._live.get(node, [])
+        if key_id not in live:
+            return  # a late message under a superseded key: the node has moved on
+        self._used[node] = key_id
+        self._signers[node] = self._key_signers[key_id]
+        index = live.index(key_id)
+        self._superseded.update(live[:index])
+        del live[:index]
 
     def take_stale(self) -> set[str]:
         """Nodes heard under a retired key since the last call (their session is over)."""
@@ -111,7 +155,7 @@ class SessionKeys:
             del self._retired[next(iter(self._retired))]
 
     def nodes(self) -> list[str]:
-        return list(self._current)
+        return list(self._live)
 
     def has(self, node: str) -> bool:
-        return node in self._current
+        return node in self._live

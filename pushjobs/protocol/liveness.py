@@ -17,6 +17,13 @@ moves its peer to the back of an ordered dict (O(1)) and ``expire`` pops from th
 until the first peer not yet due (O(expired)), so 50,000 peers cost no timers and no scan.
 ``next_deadline()`` is the poll timeout a daemon should use. ``now`` is monotonic seconds
 and must never go backwards.
+
+The owner's own stall is never a peer's silence. ``stall(by_s)`` moves every online
+peer's deadline ``by_s`` later (a daemon that was not running for that long, SIGSTOP, a
+swap storm, could not have read their heartbeats); ``grant(now, extra_s)`` gives every
+online peer a full window from ``now`` and ``extra_s`` more (a server that just took over,
+or woke from a stall its peers noticed: they must see it again before they speak). A later heartbeat never moves a
+deadline earlier, so the order by deadline, and with it the O(expired) ``expire``, holds.
 """
 
 from __future__ import annotations
@@ -93,7 +100,8 @@ class LivenessTracker:
         if state is None:
             state = self._peers[peer] = _Peer(now)
         elif state.online:
-            state.last_seen = now
+            # ``max``: a deadline moved by ``stall``/``grant`` is not taken back.
+            state.last_seen = max(now, state.last_seen)
             self._online.move_to_end(peer)
             return None
         elif now - state.last_seen > self.streak_gap_s:
@@ -124,6 +132,20 @@ class LivenessTracker:
             state.transitions += 1
             due.append(WentOffline(peer, state.last_seen + self.offline_after_s, state.last_seen))
         return due
+
+    def stall(self, by_s: float) -> None:
+        """Move every online peer's deadline ``by_s`` later: the owner was not running."""
+        if by_s <= 0:
+            return
+        for state in self._online.values():
+            state.last_seen += by_s
+
+    def grant(self, now: float, extra_s: float = 0.0) -> None:
+        """Give every online peer a full offline window from ``now`` (``extra_s`` more)."""
+        self._advance(now)
+        since = now + extra_s
+        for state in self._online.values():
+            state.last_seen = max(state.last_seen, since)
 
     def mark_offline(self, peer: str, now: float) -> WentOffline | None:
         """Force ``peer`` offline now (it restarted, or its key was revoked)."""

@@ -162,3 +162,43 @@ def test_forget(clock):
 def test_invalid_settings(kwargs):
     with pytest.raises(ValueError):
         LivenessTracker(**kwargs)
+
+
+def test_a_stall_of_the_owner_moves_every_deadline_by_the_stall() -> None:
+    t = LivenessTracker(1.0, 3, 1)
+    t.heartbeat("a", 0.0)
+    t.heartbeat("b", 1.0)
+    assert t.next_deadline() == 3.0
+    t.stall(4.0)  # the owner was stopped from 1.0 to 5.0: nobody could be heard
+    assert t.expire(5.0) == []
+    assert t.next_deadline() == 7.0
+    t.heartbeat("b", 5.1)  # heard again: its deadline is not taken back
+    assert [w.peer for w in t.expire(7.0)] == ["a"]
+    assert t.is_online("b")
+    assert [w.peer for w in t.expire(8.1)] == ["b"]
+
+
+def test_after_a_stall_a_silent_peer_still_goes_offline() -> None:
+    t = LivenessTracker(1.0, 3, 1)
+    t.heartbeat("a", 0.0)
+    t.stall(10.0)
+    assert t.expire(12.9) == []
+    assert [w.peer for w in t.expire(13.0)] == ["a"]
+
+
+def test_grant_gives_every_online_peer_a_full_window_from_now() -> None:
+    t = LivenessTracker(1.0, 3, 1)
+    t.heartbeat("a", 0.0)
+    t.heartbeat("b", 2.0)
+    t.grant(2.5)
+    assert t.expire(5.4) == []
+    assert sorted(w.peer for w in t.expire(5.5)) == ["a", "b"]
+
+
+def test_grant_with_extra_time_for_peers_that_must_see_the_owner_first() -> None:
+    t = LivenessTracker(1.0, 3, 1)
+    t.heartbeat("a", 0.0)
+    t.grant(10.0, extra_s=2.0)
+    assert t.expire(14.9) == []
+    assert [w.peer for w in t.expire(15.0)] == ["a"]
+    t.heartbeat("b", 15.5)  # the tracker's clock was not moved into the future

@@ -21,10 +21,19 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def server(tmp_path, clock: FakeClock) -> Iterator[Server]:
-    sandbox = Sandbox(tmp_path, nodes=[], interval_s=1.0, offline_threshold=3).prepare()
+    # A long lease: the fake clock jumps further than the default one lasts, and a server
+    # that takes its lease again gives every node a fresh window (not what is tested here).
+    sandbox = Sandbox(
+        tmp_path,
+        nodes=[],
+        interval_s=1.0,
+        offline_threshold=3,
+        server_extra={"server": {"leader_session_s": 60.0}},
+    ).prepare()
     server = Server(
         load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
     )
+    server.renew(clock.monotonic())  # leader from the start, as ``run`` makes it
     try:
         yield server
     finally:
@@ -41,12 +50,15 @@ def test_offline_expiry_waits_while_the_reply_queue_has_a_backlog(
         clock.advance(0.5)
     assert server.nodes.is_online("n1")
     clock.advance(10.0)  # silent far past 3 intervals, as seen by a server behind
-    server.intake.backlog = True
-    server.timers()
+    server.turn_started = clock.monotonic()  # busy turns all along: no stall of its own
+    server.intake.backlog = True  # the last batch read was full
+    server.intake.expire(clock.monotonic(), clock.wall_ms())
     assert server.nodes.is_online("n1")
     assert server.intake.counters["expiry_deferred"] == 1
-    server.intake.backlog = False  # the queue is read: now silence means something
+    # The loop reads the reply socket before it expires anyone: it is empty, so there is
+    # no backlog, and now silence means something.
     server.timers()
+    assert not server.intake.backlog
     assert not server.nodes.is_online("n1")
     assert server.backend.info()["transitions"]["offline"] == 1
 
@@ -62,3 +74,27 @@ def test_commands_sent_long_ago_are_forgotten_oldest_first(
     clock.advance(server.config.server.registry_check_s + 0.1)  # the pruning pass is due
     server.timers()
     assert list(server.jobs.sender.asked) == [("j2", "a"), ("j2", "b")]
+
+
+def test_a_stall_of_the_server_moves_node_deadlines_instead_of_expiring(
+    server: Server, clock: FakeClock
+) -> None:
+    for _ in range(2):
+        server.nodes.heartbeat(
+            "n1", "inc", "tcp://127.0.0.1:9", None, None, restarted=False, now=clock.monotonic()
+        )
+        clock.advance(0.5)
+    server.turn_started = clock.monotonic()  # a turn begins...
+    clock.advance(10.0)  # ...and the whole process is stopped (SIGSTOP) in its middle
+    server.timers()
+    assert server.nodes.is_online("n1")
+    assert server.intake.counters["stalls"] == 1
+    # Still online a full window after the agents could see it again (2 beats)...
+    clock.advance(4.9)
+    server.turn_started = clock.monotonic()
+    server.timers()
+    assert server.nodes.is_online("n1")
+    clock.advance(0.2)  # ...and silent past it: now the silence counts
+    server.turn_started = clock.monotonic()
+    server.timers()
+    assert not server.nodes.is_online("n1")

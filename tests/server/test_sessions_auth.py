@@ -16,7 +16,7 @@ from pushjobs.protocol.messages import ApiRequest, ConfigRequest, NodeHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, HmacSigner
 from server.auth import RegistryKeys, open_api_frames
-from server.sessions import SessionKeys
+from server.sessions import MAX_LIVE, SessionKeys
 
 NOW_MS = 1_700_000_000_000
 
@@ -37,16 +37,50 @@ def test_issued_key_verifies_only_its_own_node() -> None:
         open_frames(heartbeat_frames("n2", key.key_id, key.secret), sessions.resolve)
 
 
-def test_a_rotated_key_keeps_working_for_the_grace_period_then_stops() -> None:
+def test_a_rotated_key_keeps_working_until_the_new_one_is_used_then_for_the_grace() -> None:
     sessions = SessionKeys(grace_s=10)
     old = sessions.issue("n1", now=0.0)
+    sessions.resolve("hmac-sha256", old.key_id)  # the node uses it
     new = sessions.issue("n1", now=1.0)
-    sessions.expire(now=10.9)
+    # The node may never have got the new key (its request timed out): the old one holds,
+    # however long, and commands are still signed with what the node was heard using.
+    sessions.expire(now=1000.0)
     assert sessions.resolve("hmac-sha256", old.key_id).owner == "n1"
-    sessions.expire(now=11.0)
-    with pytest.raises(UnknownKey):
+    signer = sessions.signer("n1")
+    assert signer is not None and signer.key_id == old.key_id
+    sessions.resolve("hmac-sha256", new.key_id)  # now it is heard with the new key
+    signer = sessions.signer("n1")
+    assert signer is not None and signer.key_id == new.key_id
+    sessions.expire(now=1001.0)  # the grace starts here
+    assert sessions.resolve("hmac-sha256", old.key_id).owner == "n1"
+    sessions.expire(now=1011.0)
+    with pytest.raises(UnknownKey, match="has retired"):
         sessions.resolve("hmac-sha256", old.key_id)
     assert sessions.resolve("hmac-sha256", new.key_id).owner == "n1"
+
+
+def test_a_restarted_agent_supersedes_every_older_key_at_once() -> None:
+    sessions = SessionKeys(grace_s=1)
+    old = sessions.issue("n1", now=0.0)
+    sessions.resolve("hmac-sha256", old.key_id)
+    new = sessions.issue("n1", now=5.0, restarted=True)
+    signer = sessions.signer("n1")
+    assert signer is not None and signer.key_id == new.key_id
+    sessions.expire(now=5.0)
+    sessions.expire(now=6.0)
+    with pytest.raises(UnknownKey, match="has retired"):
+        sessions.resolve("hmac-sha256", old.key_id)
+
+
+def test_keys_never_used_do_not_pile_up() -> None:
+    sessions = SessionKeys(grace_s=1)
+    keys = [sessions.issue("n1", now=0.0) for _ in range(MAX_LIVE + 3)]
+    sessions.expire(now=5.0)
+    for key in keys[:3]:
+        with pytest.raises(UnknownKey):
+            sessions.resolve("hmac-sha256", key.key_id)
+    for key in keys[3:]:
+        assert sessions.resolve("hmac-sha256", key.key_id).owner == "n1"
 
 
 def test_revoke_drops_every_key_of_the_node() -> None:
@@ -170,7 +204,8 @@ def test_a_node_heard_under_a_retired_key_is_noted_once_per_take() -> None:
     revoked = sessions.issue("n1", now=0.0)
     sessions.revoke("n1")
     rotated = sessions.issue("n2", now=0.0)
-    sessions.issue("n2", now=0.0)
+    sessions.resolve("hmac-sha256", sessions.issue("n2", now=0.0).key_id)  # n2 moved on
+    sessions.expire(now=0.5)
     sessions.expire(now=2.0)  # n2's first key is past its grace
     for node, key in (("n1", revoked), ("n2", rotated), ("n1", revoked)):
         with pytest.raises(UnknownKey, match="has retired"):
