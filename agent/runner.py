@@ -102,8 +102,13 @@ class JobRunner:
         now: float,
     ) -> list[Action]:
         """Commit to ``job_id`` if idle; ``refusal`` is the whitelist's and env policy's
-        verdict on the commit (``WhitelistFile.judge``), named in the nack."""
+        verdict on the commit (``WhitelistFile.judge``), named in the nack.
+
+        A second commit of the committed job is re-acked and renews the hold: the server
+        repeats it while the node waits its turn in a rolling batch."""
         if self.job_id == job_id and self.state is not RunnerState.IDLE:
+            if self.state is RunnerState.COMMITTED:
+                self._commit_deadline = now + self.commit_timeout_s
             return [Reply("ack_commit", job_id)]
         if self.state is not RunnerState.IDLE:
             return [Reply("nack_commit", job_id, f"busy with job {self.job_id}")]

@@ -45,10 +45,11 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.signing import HmacVerifier
 from pushjobs.sandbox import Proc, Sandbox
+from pushjobs.states import TERMINAL_JOB_STATES
 from server.nodes import NodeTable
 
 TICKS = os.sysconf("SC_CLK_TCK")
-TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 
 
 def cpu_s(pid: int) -> float:

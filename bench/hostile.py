@@ -42,9 +42,10 @@ from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.sandbox import Sandbox
+from pushjobs.states import TERMINAL_JOB_STATES
 
 TICKS = os.sysconf("SC_CLK_TCK")
-TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 KINDS = ("garbage-api", "garbage-reply", "subscriptions", "enrolment", "impostors", "watches")
 
 

@@ -30,10 +30,11 @@ from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.api.client import ApiClient
 from pushjobs.sandbox import Sandbox
+from pushjobs.states import TERMINAL_JOB_STATES
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 
 
 def rss_mib(pid: int) -> float:

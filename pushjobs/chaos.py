@@ -32,8 +32,9 @@ from typing import Any
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, PushJobsError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
+from pushjobs.states import TERMINAL_JOB_STATES
 
-TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 COUNT = 'echo x >> "$PUSHJOBS_HOME/runs/$PUSHJOBS_JOB_ID.$PUSHJOBS_NODE"'
 WHITELIST = {
     **DEFAULT_WHITELIST,

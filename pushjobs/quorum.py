@@ -1,4 +1,6 @@
-"""How many nodes must be ready before a job runs (parsed by the CLI, kept by the server)."""
+"""Shares of a job's targets, parsed by the CLI and kept by the server: the quorum (how
+many nodes must be ready before a job runs) and, for rolling batches, the window and the
+failure budget (``Share``: how many run at once, how many may fail)."""
 
 from __future__ import annotations
 
@@ -39,3 +41,40 @@ class Quorum:
 
     def __str__(self) -> str:
         return str(self.count) if self.count is not None else f"{self.percent or 100:g}%"
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A count of nodes (at least 1) or a percent of the targets (more than 0)."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> Share:
+        """'3' or '25%'; ValueError naming ``what`` otherwise."""
+        text = str(text).strip()
+        try:
+            if text.endswith("%"):
+                percent = float(text[:-1])
+                if not 0 < percent <= 100:  # NaN fails this too
+                    raise ValueError
+                return cls(percent=percent)
+            count = int(text)
+            if count < 1:
+                raise ValueError
+            return cls(count=count)
+        except ValueError:
+            problem = f"{what} must be a count (3) or a percent (25%), not {text!r}"
+            raise ValueError(problem) from None
+
+    def of(self, targets: int, *, round_up: bool) -> int:
+        """The count, or the percent of ``targets`` rounded as asked; at least 1."""
+        if self.count is not None:
+            return self.count
+        exact = targets * (self.percent or 100.0) / 100
+        # The epsilon keeps 30% of 10 at 3 whichever way binary floats round it.
+        return max(1, math.ceil(exact - 1e-9) if round_up else math.floor(exact + 1e-9))
+
+    def __str__(self) -> str:
+        return str(self.count) if self.count is not None else f"{self.percent:g}%"

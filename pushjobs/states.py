@@ -19,6 +19,8 @@ class JobState(StrEnum):
     TIMED_OUT = "timed_out"
     ABORTED = "aborted"
     CRASHED = "crashed"
+    # A batch job that stopped starting nodes once its failure budget was spent.
+    HALTED = "halted"
 
 
 class NodeState(StrEnum):
@@ -33,7 +35,15 @@ class NodeState(StrEnum):
     CRASHED = "crashed"
     TIMED_OUT = "timed_out"
     ABORTED = "aborted"
+    # Batch jobs: ready, waiting its turn in the window; never started (the job halted).
+    WAITING = "waiting"
+    SKIPPED = "skipped"
 
 
-TERMINAL_NODE_STATES = frozenset(NodeState) - {NodeState.NEW, NodeState.READY, NodeState.RUNNING}
+TERMINAL_NODE_STATES = frozenset(NodeState) - {
+    NodeState.NEW,
+    NodeState.READY,
+    NodeState.RUNNING,
+    NodeState.WAITING,
+}
 TERMINAL_JOB_STATES = frozenset(JobState) - {JobState.NEW, JobState.VOTING, JobState.RUNNING}

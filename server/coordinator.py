@@ -12,7 +12,8 @@ can persist the changes before it sends the commands that follow from them.
 - ``node_online`` answers a node that (re)appeared with what it should have got: a
   ``commit`` while its job votes, a ``run`` while it is ready in a running job. That is how
   commands lost in a server restart or a network blip are sent again; the agent answers
-  repeats idempotently and never runs a job twice;
+  repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
+  nothing: its turn has not come (``batch.py``);
 - ``tick`` applies vote and run deadlines.
 
 Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.

@@ -19,8 +19,9 @@ from typing import Any, Final, Protocol
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
 from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
-from pushjobs.quorum import Quorum
+from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
+from server.batch import BatchSpec
 from server.coordinator import Coordinator
 from server.keyadmin import KeyAdmin
 from server.nodes import NodeTable
@@ -119,6 +120,37 @@ def _env(params: Mapping[str, Any], name: str) -> dict[str, str]:
     return env
 
 
+def _batch(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``batch`` (3 or 25%), ``batch_wait_s`` (>= 0), ``max_failures`` (3 or 25%): the
+    options of a rolling-batch job (``batch.py``), or None for a job that is no batch."""
+    size, wait_s, failures = (params.get(k) for k in ("batch", "batch_wait_s", "max_failures"))
+    if size is None:
+        if wait_s is not None or failures is not None:
+            raise bad("'batch_wait_s' and 'max_failures' need 'batch'")
+        return None
+    if wait_s is not None and (
+        isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s < 1e9
+    ):
+        raise bad("'batch_wait_s' must be a number of seconds >= 0")
+    try:
+        if isinstance(size, bool) or not isinstance(size, str | int):
+            raise ValueError(f"batch must be a count (3) or a percent (25%), not {size!r}")
+        if failures is not None and (
+            isinstance(failures, bool) or not isinstance(failures, str | int)
+        ):
+            raise ValueError(
+                f"max_failures must be a count (3) or a percent (25%), not {failures!r}"
+            )
+        spec = BatchSpec(
+            size=Share.parse(str(size), "batch"),
+            wait_ms=round(float(wait_s or 0) * 1000),
+            max_failures=None if failures is None else Share.parse(str(failures), "max_failures"),
+        )
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    return spec.to_options()
+
+
 def _with_nodes(params: Mapping[str, Any]) -> bool:
     """``nodes: false`` asks for the job's summary without its per-node table."""
     value = params.get("nodes", True)
@@ -189,6 +221,9 @@ class ApiHandlers:
             vote_timeout_s=_num(params, "vote_timeout_s"),
             options={"env": env, "cwd": cwd, "capture": capture},
         )
+        batch = _batch(params)
+        if batch is not None:
+            request.options["batch"] = batch
         if secret_env and self.secrets is not None:
             request.options[SECRET_ENV] = self.secrets.seal_env(secret_env)
         job_id = self.b.start_job(request, caller)

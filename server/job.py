@@ -13,6 +13,12 @@ job ends ``complete`` when every node is terminal, ``timed_out`` at the run dead
 nodes ``aborted`` and told to abort). ``complete`` says the job ended, not that it
 succeeded: the summary counts nodes per state.
 
+A batch job (``options["batch"]``) runs its ready nodes through a sliding window instead:
+the rest are ``waiting`` their turn, the run timeout is per node, and a spent failure
+budget skips the waiting nodes and ends the job ``halted`` (theory in ``batch.py``). A
+node is told to run only as it leaves ``waiting``, a change written before the command
+is sent: a restored job never runs a node twice, nor forgets one that waits.
+
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. Every change is returned as an ``Effect``:
@@ -33,25 +39,21 @@ from typing import Any
 from pushjobs.errors import StateError
 from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
+from server.batch import BatchSpec, Window
 from server.effects import Effect, JobChanged, NodeChanged, Send
-from server.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot
+from server.rolling import RollingBatch
+from server.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot, NodeRecord
+from server.snapshot import node_from_json as _node_from_json
 from server.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
 
 MAX_REASON_CHARS = 500
 
 
-@dataclass(slots=True)
-class NodeRecord:
-    state: NodeState = NodeState.NEW
-    exit_status: int | None = None
-    reason: str = ""
-    changed_ms: int = 0
-    voted_ms: int | None = None  # commit ack/nack: dispatch-to-ack latency
-    finished_ms: int | None = None
+__all__ = ["Job", "NodeRecord"]
 
 
 @dataclass(slots=True)
-class Job(JobSnapshot):
+class Job(RollingBatch, JobSnapshot):
     job_id: str
     command: str
     nodes: dict[str, NodeRecord]
@@ -79,9 +81,16 @@ class Job(JobSnapshot):
     # chunk is rewritten whenever any of its nodes changes, and replies to a big job
     # land all over it, so rows are encoded once per change, not once per rewrite.
     _rows: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _window: Window | None = field(default=None, init=False, repr=False, compare=False)
+    _floor_ms: int = field(default=0, init=False, repr=False, compare=False)  # see ``rearm``
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
+        spec = BatchSpec.from_options(self.options)
+        if spec is not None:
+            self._window = Window(spec)
+            rows = ((name, r.state, r.turn_ms) for name, r in self.nodes.items())
+            self._window.rebuild(rows, self.run_timeout_ms)
 
     @classmethod
     def new(
@@ -178,6 +187,9 @@ class Job(JobSnapshot):
         return out
 
     def ack_commit(self, node: str, now_ms: int) -> list[Effect]:
+        record = self.nodes.get(node)
+        if record is not None and record.state is NodeState.WAITING:
+            return []  # the answer to a held commit repeated (``batch.HOLD_REFRESH_MS``)
         return self._vote(node, NodeEvent.ACK_COMMIT, now_ms, "")
 
     def nack_commit(self, node: str, now_ms: int, reason: str) -> list[Effect]:
@@ -221,6 +233,7 @@ class Job(JobSnapshot):
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=False)
         else:
+            self._advance(now_ms, out)
             self._maybe_complete(now_ms, out)
         return out
 
@@ -242,6 +255,10 @@ class Job(JobSnapshot):
             return out
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=True)
+            return out
+        if self._window is not None:  # per-node run deadlines, and the next start
+            self._batch_tick(self._window, now_ms, out)
+            self._maybe_complete(now_ms, out)
             return out
         self._job(JobEvent.TIMEOUT, now_ms, out)
         for name, record in self.nodes.items():
@@ -266,15 +283,19 @@ class Job(JobSnapshot):
         """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover)."""
         if self.state is JobState.VOTING and (self.vote_deadline_ms or 0) < earliest_ms:
             self.vote_deadline_ms = earliest_ms
+        elif self._window is not None:
+            self._floor_ms = earliest_ms  # per-node deadlines: none falls before this
         elif self.state is JobState.RUNNING and (self.run_deadline_ms or 0) < earliest_ms:
             self.run_deadline_ms = earliest_ms
 
     def next_deadline_ms(self) -> int | None:
         if self.state is JobState.VOTING:
             return self.vote_deadline_ms
-        if self.state is JobState.RUNNING:
+        if self.state is not JobState.RUNNING:
+            return None
+        if self._window is None:
             return self.run_deadline_ms
-        return None
+        return self._batch_deadline_ms(self._window)
 
     @property
     def finished(self) -> bool:
@@ -292,17 +313,7 @@ class Job(JobSnapshot):
         return cls(
             job_id=snap["job_id"],
             command=snap["command"],
-            nodes={
-                name: NodeRecord(
-                    state=NodeState(n["state"]),
-                    exit_status=n["exit_status"],
-                    reason=n["reason"],
-                    changed_ms=n["changed_ms"],
-                    voted_ms=n["voted_ms"],
-                    finished_ms=n["finished_ms"],
-                )
-                for name, n in snap["nodes"].items()
-            },
+            nodes={name: _node_from_json(n) for name, n in snap["nodes"].items()},
             quorum=Quorum.parse(snap["quorum"]),
             vote_timeout_ms=snap["vote_timeout_ms"],
             run_timeout_ms=snap["run_timeout_ms"],
@@ -330,6 +341,7 @@ class Job(JobSnapshot):
         self._require_running(node)
         out: list[Effect] = []
         self._node(node, event, now_ms, out, exit_status=exit_status, reason=reason)
+        self._advance(now_ms, out)
         self._maybe_complete(now_ms, out)
         return out
 
@@ -344,8 +356,15 @@ class Job(JobSnapshot):
         if ready and len(ready) >= self.quorum.required(len(self.nodes)):
             self._job(JobEvent.QUORUM_MET, now_ms, out)
             self.run_started_ms = now_ms
-            self.run_deadline_ms = now_ms + self.run_timeout_ms
-            out.extend(Send("run", self.job_id, name) for name in ready)
+            if self._window is None:
+                self.run_deadline_ms = now_ms + self.run_timeout_ms
+                out.extend(Send("run", self.job_id, name) for name in ready)
+                return
+            for name in ready:
+                self._node(name, NodeEvent.WAIT_TURN, now_ms, out)
+                self._window.wait(name, now_ms)
+            self._advance(now_ms, out)
+            self._maybe_complete(now_ms, out)
             return
         self._job(JobEvent.QUORUM_MISSED, now_ms, out)
         for name in ready:
@@ -353,6 +372,8 @@ class Job(JobSnapshot):
             out.append(Send("abort", self.job_id, name))
 
     def _maybe_complete(self, now_ms: int, out: list[Effect]) -> None:
-        counts = self._counts
-        if not (counts[NodeState.NEW] or counts[NodeState.READY] or counts[NodeState.RUNNING]):
-            self._job(JobEvent.ALL_DONE, now_ms, out)
+        c = self._counts
+        unfinished = (NodeState.NEW, NodeState.READY, NodeState.RUNNING, NodeState.WAITING)
+        if not any(c[state] for state in unfinished):
+            halted = c[NodeState.SKIPPED] > 0  # only a spent failure budget skips nodes
+            self._job(JobEvent.HALT if halted else JobEvent.ALL_DONE, now_ms, out)

@@ -4,6 +4,7 @@ Event record (DESIGN section 7), one per state change, keyed ``job:<id>`` or
 ``node:<name>``: ``ts``, ``kind`` (job_created, job_state, node_state, node_online,
 node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
+A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def job_events(
                     summary=job.summary() if job.finished else None,
                 )
             case NodeChanged(node=node, prev=prev, state=state, at_ms=at):
-                started = job.run_started_ms
+                # A batch job's node runs from its turn, not from the job's first runs.
+                turn = job.nodes[node].turn_ms
+                started = job.run_started_ms if turn is None else turn
                 rec = event(
                     "node_state",
                     at,

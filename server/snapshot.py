@@ -18,16 +18,16 @@ Killed at any line: nothing here is durable; the cache is rebuilt from the node 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
+from server.batch import FAILURE_STATES, Window
 from server.sealing import redacted
-
-if TYPE_CHECKING:
-    from server.job import NodeRecord
 
 # Nodes per snapshot chunk. A change rewrites its whole chunk, and the replies to a big
 # job land on every chunk between two flushes, so the bytes written per reply grow with
@@ -37,8 +37,21 @@ CHUNK_NODES = 25
 LEGACY_CHUNK_NODES = 500  # snapshots written before headers said their chunk size
 
 
+@dataclass(slots=True)
+class NodeRecord:
+    """One target's row in its job."""
+
+    state: NodeState = NodeState.NEW
+    exit_status: int | None = None
+    reason: str = ""
+    changed_ms: int = 0
+    voted_ms: int | None = None  # commit ack/nack: dispatch-to-ack latency
+    finished_ms: int | None = None
+    turn_ms: int | None = None  # batch jobs: when the node was told to run
+
+
 def node_json(r: NodeRecord) -> dict[str, Any]:
-    return {
+    row: dict[str, Any] = {
         "state": r.state.value,
         "exit_status": r.exit_status,
         "reason": r.reason,
@@ -46,6 +59,22 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
         "voted_ms": r.voted_ms,
         "finished_ms": r.finished_ms,
     }
+    if r.turn_ms is not None:  # only batch jobs: other rows stay as they were
+        row["turn_ms"] = r.turn_ms
+    return row
+
+
+def node_from_json(n: Mapping[str, Any]) -> NodeRecord:
+    """A row from ``node_json``; KeyError/ValueError on a damaged one."""
+    return NodeRecord(
+        state=NodeState(n["state"]),
+        exit_status=n["exit_status"],
+        reason=n["reason"],
+        changed_ms=n["changed_ms"],
+        voted_ms=n["voted_ms"],
+        finished_ms=n["finished_ms"],
+        turn_ms=n.get("turn_ms"),
+    )
 
 
 class JobSnapshot:
@@ -73,6 +102,7 @@ class JobSnapshot:
     _positions: dict[str, int]
     _order: list[str]
     _rows: dict[str, bytes]
+    _window: Window | None
 
     @property
     def finished(self) -> bool:
@@ -113,6 +143,21 @@ class JobSnapshot:
             "finished_ms": self.finished_ms,
             "summary": self.summary(),
             "targets": len(self.nodes),
+            **self._batch_fields(),
+        }
+
+    def _batch_fields(self) -> dict[str, Any]:
+        """A batch job's window as the CLI shows it: its size, budget and failures so far."""
+        if self._window is None:
+            return {}
+        spec, targets = self._window.spec, len(self.nodes)
+        return {
+            "batch": {
+                "window": spec.window(targets),
+                "wait_s": spec.wait_ms / 1000,
+                "max_failures": spec.budget(targets),
+                "failures": sum(self._counts[s] for s in FAILURE_STATES),
+            }
         }
 
     # --- the chunks ----------------------------------------------------------------------

@@ -9,7 +9,10 @@ requests no snapshot followed. ``take_over`` turns that into a fresh coordinator
 - job replies that arrived while no server led (kept by node intake) are applied;
 - no active job's vote or run deadline falls within ``grace_ms`` of the takeover: its nodes
   need that long to find the new leader and answer, and a restart alone must not fail a
-  job (a deadline that passed while no server led is moved, not applied at once);
+  job (a deadline that passed while no server led is moved, not applied at once); a
+  batch job's per-node run deadlines, next start and repeat of its held commits too
+  (``Job.rearm``), while its window goes on from the node table: ``waiting`` nodes wait,
+  ``ready`` ones (told to run already) are the only ones ever told again;
 - every active job is rewritten whole once: a job restored from an older layout (one
   record, or chunks of another size) must not get a header naming chunks never written;
 - the nodes of active jobs still owing a result are listed, for node intake to give them

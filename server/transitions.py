@@ -27,6 +27,10 @@ class NodeEvent(StrEnum):
     LOST = "lost"
     TIMEOUT = "timeout"
     ABORT = "abort"
+    # Batch jobs (``batch.py``).
+    WAIT_TURN = "wait_turn"
+    TURN = "turn"
+    HALT = "halt"
 
 
 class JobEvent(StrEnum):
@@ -37,6 +41,7 @@ class JobEvent(StrEnum):
     TIMEOUT = "timeout"
     ABORT = "abort"
     CRASH = "crash"
+    HALT = "halt"
 
 
 N, J = NodeState, JobState
@@ -64,6 +69,14 @@ NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (N.RUNNING, NodeEvent.LOST): N.CRASHED,
     (N.RUNNING, NodeEvent.TIMEOUT): N.TIMED_OUT,
     (N.RUNNING, NodeEvent.ABORT): N.ABORTED,
+    # A batch job's ready nodes past the window wait their turn, holding their commit.
+    (N.READY, NodeEvent.WAIT_TURN): N.WAITING,
+    (N.WAITING, NodeEvent.TURN): N.READY,
+    (N.WAITING, NodeEvent.HALT): N.SKIPPED,
+    # The agent let the commit go (its commit timeout) before the node's turn came.
+    (N.WAITING, NodeEvent.ABORTED): N.ABORTED,
+    (N.WAITING, NodeEvent.LOST): N.CRASHED,
+    (N.WAITING, NodeEvent.ABORT): N.ABORTED,
 }
 
 JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
@@ -77,4 +90,5 @@ JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
     (J.RUNNING, JobEvent.TIMEOUT): J.TIMED_OUT,
     (J.RUNNING, JobEvent.ABORT): J.ABORTED,
     (J.RUNNING, JobEvent.CRASH): J.CRASHED,
+    (J.RUNNING, JobEvent.HALT): J.HALTED,
 }

@@ -14,9 +14,11 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                       jobs_active, drops: {socket: {reason: count}}}
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
                            vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
-                           capture: bool}
+                           capture: bool, batch?: "3"|"25%", batch_wait_s?: float >= 0,
+                           max_failures?: "2"|"20%"}
                   -> {job: JOB}   names must be [A-Za-z_][A-Za-z0-9_]*, each in one map
-                     only; each node's env policy may still nack a name
+                     only; each node's env policy may still nack a name; a batch job's
+                     JOB has batch: {window, wait_s, max_failures, failures}
     job.list      reader  {state?: str, limit: 50, offset: 0}
                   -> {jobs: [JOB without "nodes"], total}   newest first
     job.status    reader  {job_id} -> {job: JOB}

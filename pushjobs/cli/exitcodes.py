@@ -32,7 +32,10 @@ class Exit(IntEnum):
 
 CODES: dict[Exit, str] = {
     Exit.OK: "success: every targeted node succeeded",
-    Exit.FAILED: "it ran and part of it failed (a node failed, crashed or was unavailable)",
+    Exit.FAILED: (
+        "it ran and part of it failed (a node failed, crashed or was unavailable; "
+        "a batch job halted)"
+    ),
     Exit.USAGE: "bad arguments, or a request the server refused as malformed",
     Exit.QUORUM_FAILED: "too few nodes accepted the job to meet its quorum",
     Exit.TIMED_OUT: "the job ran past its run timeout",

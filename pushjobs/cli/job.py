@@ -11,12 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-from pushjobs.api.client import ApiClient
 from pushjobs.cli import jobview, userconfig
 from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.follow import INTERRUPTED, follow
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.errors import ApiError
-from pushjobs.quorum import Quorum
+from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
 
 app = typer.Typer(help="Start, follow, inspect and abort jobs.", no_args_is_help=True)
@@ -105,23 +105,6 @@ def job_env(env: list[str], secret_env: list[str], env_files: list[Path]) -> dic
     return params
 
 
-def follow(client: ApiClient, job: dict[str, Any], *, show_progress: bool) -> dict[str, Any]:
-    """Long-poll the job until it ends, redrawing one progress line on a terminal."""
-    started = time.monotonic()
-    tty = show_progress and sys.stderr.isatty()
-    while job["state"] not in jobview.TERMINAL:
-        if tty:
-            sys.stderr.write(
-                "\r" + jobview.progress_line(job, time.monotonic() - started) + "\x1b[K"
-            )
-            sys.stderr.flush()
-        params = {"job_id": job["job_id"], "version": job["version"], "wait_s": 10.0}
-        job = client.call("job.watch", params)["job"]
-    if tty:
-        sys.stderr.write("\r\x1b[K")
-    return job
-
-
 def finish(job: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(job)
@@ -129,6 +112,30 @@ def finish(job: dict[str, Any], as_json: bool) -> None:
         typer.echo(jobview.node_table(job))
         typer.echo(f"job {job['job_id']} {job['state']}: {jobview.summary_text(job)}")
     raise typer.Exit(int(jobview.exit_code_for(job)))
+
+
+def batch_params(
+    batch: str | None, batch_wait: float | None, max_failures: str | None
+) -> dict[str, Any]:
+    """The rolling-batch params of ``job.start``; a usage error names the bad option."""
+    if batch is None:
+        if batch_wait is not None or max_failures is not None:
+            raise usage("--batch-wait and --max-failures need --batch")
+        return {}
+    if batch_wait is not None and batch_wait < 0:
+        raise usage("--batch-wait must be 0 or more seconds")
+    try:
+        Share.parse(batch, "--batch")
+        if max_failures is not None:
+            Share.parse(max_failures, "--max-failures")
+    except ValueError as exc:
+        raise usage(str(exc)) from None
+    params: dict[str, Any] = {"batch": batch}
+    if batch_wait is not None:
+        params["batch_wait_s"] = batch_wait
+    if max_failures is not None:
+        params["max_failures"] = max_failures
+    return params
 
 
 @app.command("start")
@@ -183,7 +190,38 @@ def start(
         str | None,
         typer.Option("--cwd", help="Working directory on the nodes.", show_default=False),
     ] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            "--batch",
+            help="Run on at most N nodes (or P% of the targets) at a time, starting the next "
+            "as soon as one finishes; --timeout then bounds each node's run.",
+            show_default=False,
+        ),
+    ] = None,
+    batch_wait: Annotated[
+        float | None,
+        typer.Option(
+            "--batch-wait", help="With --batch: seconds between starts.", show_default=False
+        ),
+    ] = None,
+    max_failures: Annotated[
+        str | None,
+        typer.Option(
+            "--max-failures",
+            help="With --batch: after N (or P%) nodes failed, crashed or timed out, start no "
+            "more; the job ends halted.",
+            show_default=False,
+        ),
+    ] = None,
     nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
+    abort_on_interrupt: Annotated[
+        bool,
+        typer.Option(
+            "--abort-on-interrupt",
+            help="Ctrl-C aborts the job (else it keeps running and the command exits 130).",
+        ),
+    ] = False,
     config: ConfigOpt = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,
@@ -193,6 +231,8 @@ def start(
     Exit code 0 only if every node succeeded; every code is listed below.
 
     Example: pushjobs job start uptime 'web-*' --quorum 90% --timeout 60 --capture
+
+    Rolling: pushjobs job start deploy 'web-*' --batch 25% --batch-wait 5 --max-failures 2
 
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
@@ -216,15 +256,24 @@ def start(
         params["timeout_s"] = timeout
     if vote_timeout is not None:
         params["vote_timeout_s"] = vote_timeout
+    params.update(batch_params(batch, batch_wait, max_failures))
     with userconfig.connect(config, server) as client:
-        job = client.call("job.start", params)["job"]
+        try:
+            job = client.call("job.start", params)["job"]
+        except KeyboardInterrupt:
+            typer.echo(
+                "interrupted before the server answered: the job may have started; "
+                "see: pushjobs job list --state running",
+                err=True,
+            )
+            raise typer.Exit(INTERRUPTED) from None
         if nowait:
             if as_json:
                 print_json(job)
             else:
                 typer.echo(job["job_id"])
             return
-        job = follow(client, job, show_progress=not as_json)
+        job = follow(client, job, show_progress=not as_json, abort_on_interrupt=abort_on_interrupt)
     finish(job, as_json)
 
 

@@ -8,11 +8,14 @@ from typing import Any
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import table
 
-TERMINAL = frozenset({"complete", "quorum_failed", "timed_out", "aborted", "crashed"})
+TERMINAL = frozenset({"complete", "quorum_failed", "timed_out", "aborted", "crashed", "halted"})
 
 
 def exit_code_for(job: Mapping[str, Any]) -> Exit:
-    """0 only if every targeted node succeeded; else what went wrong, most specific first."""
+    """0 only if every targeted node succeeded; else what went wrong, most specific first.
+
+    A batch job ``halted`` at its failure budget exits 1 (``failed``): it ran, and part of
+    it failed."""
     state = job["state"]
     if state == "quorum_failed":
         return Exit.QUORUM_FAILED
@@ -32,13 +35,49 @@ def summary_text(job: Mapping[str, Any]) -> str:
     return ", ".join(f"{count} {state}" for state, count in sorted(job["summary"].items()))
 
 
+def batch_text(job: Mapping[str, Any]) -> str:
+    """A batch job's window: '; batch of 3, 1 of 2 failures allowed' (else '')."""
+    batch = job.get("batch")
+    if not batch:
+        return ""
+    text = f"; batch of {batch['window']}"
+    if batch["wait_s"]:
+        text += f" every {batch['wait_s']:g}s"
+    if batch["max_failures"] is not None:
+        text += f", {batch['failures']} of {batch['max_failures']} failures allowed"
+    return text
+
+
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
-    return f"job {job['job_id']} {job['state']} {elapsed_s:5.1f}s: {summary_text(job)}"
+    state = f"job {job['job_id']} {job['state']} {elapsed_s:5.1f}s"
+    return f"{state}: {summary_text(job)}{batch_text(job)}"
 
 
 def node_table(job: Mapping[str, Any]) -> str:
+    # A batch job's waiting nodes say their place in line (the server keeps target order).
+    waiting = [name for name, n in job["nodes"].items() if n["state"] == "waiting"]
+    place = {name: f"waiting its turn: {i} of {len(waiting)}" for i, name in enumerate(waiting, 1)}
     rows = [
-        {"node": name, "state": n["state"], "exit": n["exit_status"], "reason": n["reason"]}
+        {
+            "node": name,
+            "state": n["state"],
+            "exit": n["exit_status"],
+            "reason": with_output_hint(
+                job["job_id"], name, n["state"], n["reason"] or place.get(name, "")
+            ),
+        }
         for name, n in sorted(job["nodes"].items())
     ]
     return table(rows, ("node", "state", "exit", "reason"))
+
+
+OUTPUT_KEPT = frozenset({"failed"})
+"""Node states whose output the server keeps even without --capture."""
+
+
+def with_output_hint(job_id: str, node: str, state: str, reason: str) -> str:
+    """A failed node's reason, ending with the command that shows what it printed."""
+    if state not in OUTPUT_KEPT:
+        return reason
+    hint = f"output: pushjobs job output {job_id} {node} --channel stderr"
+    return f"{reason}; {hint}" if reason else hint

@@ -22,8 +22,9 @@ The owner's own stall is never a peer's silence. ``stall(by_s)`` moves every onl
 peer's deadline ``by_s`` later (a daemon that was not running for that long, SIGSTOP, a
 swap storm, could not have read their heartbeats); ``grant(now, extra_s)`` gives every
 online peer a full window from ``now`` and ``extra_s`` more (a server that just took over,
-or woke from a stall its peers noticed: they must see it again before they speak). A later heartbeat never moves a
-deadline earlier, so the order by deadline, and with it the O(expired) ``expire``, holds.
+or woke from a stall its peers noticed: they must see it again before they speak). A
+later heartbeat never moves a deadline earlier, so the order by deadline, and with it the
+O(expired) ``expire``, holds.
 """
 
 from __future__ import annotations

@@ -101,3 +101,11 @@ def test_journal_on_a_corrupt_file(tmp_path):
     path.write_bytes(b"not a database" * 100)
     with pytest.raises(JournalError, match="cannot open the job journal"):
         Journal(path)
+
+
+def test_a_repeated_commit_renews_the_hold() -> None:
+    r = JobRunner(commit_timeout_s=10)
+    r.commit("j", "c", seen=False, now=0)
+    assert r.commit("j", "c", seen=True, now=8) == [Reply("ack_commit", "j")]
+    assert r.tick(12) == []
+    assert r.tick(18) == [Reply("aborted", "j", "no run before the commit timeout")]

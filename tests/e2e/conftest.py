@@ -15,9 +15,10 @@ import pytest
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
+from pushjobs.states import TERMINAL_JOB_STATES
 from tests.support import wait_until
 
-TERMINAL = {"complete", "quorum_failed", "timed_out", "aborted", "crashed"}
+TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 
 # Commands the tests need on every node; each names what it proves.
 WHITELIST = {
