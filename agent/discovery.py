@@ -6,6 +6,10 @@ client of the server, pinned to the server key from the agent's config. The answ
 be signed by that same server key. Each attempt gets a fresh socket, closed afterwards:
 a DEALER whose peer is dead would otherwise keep the request queued forever.
 
+The socket's monitor (``pushjobs.transport.handshake``) tells a server that refuses the
+CurveZMQ handshake (``agent.server_key`` is not its key) from one that does not answer:
+the attempt ends at the second failed handshake with the ``Refusal``, not at its timeout.
+
 Between attempts the daemon waits as tenacity's random exponential backoff says
 (``backoff_s``), trying every configured server in turn; ``agent.rediscovery`` decides
 when. Killed mid-attempt, nothing is lost: the socket dies with the process, and the
@@ -21,10 +25,12 @@ import zmq
 
 from agent.trust import trust_server
 from keys.identity import PrivateIdentity, PublicIdentity, b64
+from pushjobs.errors import TransportError
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
+from pushjobs.transport.handshake import HandshakeMonitor, Refusal, connect_monitored
 from pushjobs.transport.sockets import CurveKeys, Transport
 
 REPLY_LIMITS = Limits(max_header_bytes=2048, max_body_bytes=1024 * 1024)
@@ -68,17 +74,22 @@ class Discovery:
         facts: dict[str, str],
         tags: tuple[str, ...],
         timeout_s: float,
-    ) -> ConfigReply | None:
-        """The server's answer, or None if none came in time (or it did not verify)."""
+    ) -> ConfigReply | Refusal | None:
+        """The server's answer; the refused handshake; or None if no answer came in time
+        (or it did not verify)."""
         public = self.identity.public
         sock = self.transport.socket(
             "dealer",
-            connect=endpoint,
             hwm=4,
             curve_client=CurveKeys(public.curve_public, self.identity.curve_secret),
             server_public=self.server.curve_public,
         )
+        monitor: HandshakeMonitor | None = None
         try:
+            monitor = connect_monitored(sock, endpoint)
+            poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(monitor.socket, zmq.POLLIN)
             frames = self.outbox.frames(
                 ConfigRequest,
                 time.time_ns() // 1_000_000,
@@ -91,16 +102,22 @@ class Discovery:
             sock.send_multipart(frames, zmq.NOBLOCK)
             deadline = time.monotonic() + timeout_s
             while (remaining := deadline - time.monotonic()) > 0:
-                if not sock.poll(round(remaining * 1000), zmq.POLLIN):
-                    return None
+                ready = dict(poller.poll(round(remaining * 1000)))
+                refusal = monitor.refused if monitor.socket in ready else None
+                if refusal is not None:
+                    return refusal
+                if sock not in ready:
+                    continue
                 received = self.inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
                 reply = None if received is None else received.message
                 if isinstance(reply, ConfigReply) and reply.node == public.name:
                     return reply
             return None
-        except zmq.ZMQError:
+        except (zmq.ZMQError, TransportError):
             return None
         finally:
+            if monitor is not None:
+                monitor.close()
             self.transport.close_socket(sock)
 
 

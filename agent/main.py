@@ -2,7 +2,8 @@
 
 Exit codes (the CLI's table, ``pushjobs.cli.exitcodes``): 0 stopped on SIGTERM/SIGINT
 (a running job is aborted first); 1 a start-up error; 2 bad arguments; 9 the
-configuration is wrong (a file or a value). SIGHUP reopens the log file (``--log-file``,
+configuration is wrong (a file or a value, a missing or invalid whitelist: an agent that
+would nack every job must not look healthy). SIGHUP reopens the log file (``--log-file``,
 for logrotate) and reloads the whitelist.
 """
 
@@ -19,10 +20,11 @@ from pathlib import Path
 from agent.config import CONFIG_FILE, AgentConfig
 from agent.daemon import Agent
 from agent.reaper import Reaper
+from agent.whitelist_file import check as check_whitelist
 from pushjobs import __version__, logsetup, paths
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.config import load_config
-from pushjobs.errors import ConfigError, PushJobsError
+from pushjobs.errors import ConfigError, KeyFileError, PushJobsError
 
 log = logging.getLogger("pushjobs.agent")
 PROGRAM = "pushjobs-agent"
@@ -55,9 +57,35 @@ def exit_code(exc: PushJobsError) -> Exit:
     return Exit.CONFIG if isinstance(exc, ConfigError) else Exit.FAILED
 
 
-def _fail(exc: PushJobsError) -> SystemExit:
-    sys.stderr.write(f"{PROGRAM}: error: {exc}\n")
+def require(config: AgentConfig, path: Path | None) -> None:
+    """The checks ``load_config`` skips when the file has no ``[agent]`` table (or there
+    is no file): without them a bare agent fails later on a key file named ``.key``."""
+    for name, problem in config.agent.check():
+        if path is None:
+            where = paths.config_dir() / CONFIG_FILE
+            raise ConfigError(
+                f"no agent configuration (pass --config FILE, set $PUSHJOBS_AGENT_CONFIG or "
+                f"create {where}): agent.{name} {problem}"
+            )
+        raise ConfigError(problem, path=str(path), key=f"agent.{name}")
+
+
+def _fail(exc: PushJobsError, hint: str = "") -> SystemExit:
+    sys.stderr.write(f"{PROGRAM}: error: {exc}{hint}\n")
     return SystemExit(int(exit_code(exc)))
+
+
+def key_hint(config: AgentConfig) -> str:
+    """How to make the key file the agent could not find, if one is missing."""
+    section = config.agent
+    key = section.key_path()
+    if not key.exists():
+        return (
+            f" (agent.key_file: make it with: pushjobs key gen {section.name} --dir {key.parent})"
+        )
+    if section.server_key is not None and not section.server_key.exists():
+        return " (agent.server_key: copy server.pub here from the server's key directory)"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -65,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         path = args.config if args.config is not None else paths.default_config(CONFIG_FILE)
         config = load_config(AgentConfig, path, env_prefix="PUSHJOBS_AGENT_")
+        require(config, path)
+        check_whitelist(config.agent.whitelist_path())
         logs = logsetup.from_arguments(f"{PROGRAM} {config.agent.name or '?'}", args)
     except PushJobsError as exc:
         raise _fail(exc) from None
@@ -74,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         agent = Agent(config, reaper=reaper)
     except PushJobsError as exc:
         reaper.close()
-        raise _fail(exc) from None
+        raise _fail(exc, key_hint(config) if isinstance(exc, KeyFileError) else "") from None
     log.info("%s %s started (config: %s)", PROGRAM, __version__, path or "built-in defaults")
 
     def stop(signum: int, frame: object) -> None:

@@ -35,6 +35,7 @@ from pushjobs.clock import Clock
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
+from pushjobs.transport.handshake import Refusal
 from pushjobs.transport.sockets import CurveKeys, Transport
 
 log = logging.getLogger("pushjobs.agent")
@@ -131,11 +132,17 @@ class Upstream:
     def _discover(self) -> tuple[m.NodeConfig, str] | None:
         endpoint = self.schedule.next_server(self.config.agent.servers)
         disc = self.config.discovery
+        log.debug("config discovery: asking %s", endpoint)
         reply = self.discovery.attempt(
             endpoint, self.command_endpoint, self.facts, self.tags, disc.attempt_timeout_s
         )
         if reply is None:
             status = f"no answer from {endpoint}"
+        elif isinstance(reply, Refusal):
+            status = (
+                f"{endpoint}: the server refused the CurveZMQ handshake: is agent.server_key "
+                f"the server's key ({self.config.agent.server_key})? {reply.cause()}"
+            )
         elif reply.status != "accepted" or reply.config is None:
             status = f"{endpoint}: {reply.status}: {reply.message}"
         else:

@@ -11,6 +11,10 @@ must pass the env policy (the agent's ``[env]``, or the entry's own ``env`` list
 asked when the commit arrives (a refusal is a nack naming the reason) and again when the
 run starts, against the whitelist in force then.
 
+At start-up the agent refuses to run without a whitelist it can use (``check``): a
+missing file or one that does not parse is a configuration error naming the file, the
+line and the problem, where a running agent keeps the whitelist in force.
+
 Killed at any line: nothing is written, so nothing is lost; the restarted agent loads the
 file as it is then.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 from agent import whitelist as wl
@@ -66,9 +71,74 @@ class WhitelistFile:
         try:
             self.current = wl.load(self.path)
         except ConfigError as exc:
-            log.error("whitelist not reloaded, keeping the previous one: %s", exc)
+            log.error("whitelist not reloaded, keeping the previous one: %s", located(exc))
             return
         log.info("whitelist loaded: %s", ", ".join(self.current.names()) or "(empty)")
+
+
+def check(path: Path) -> wl.Whitelist:
+    """The whitelist at ``path``, or a ``ConfigError`` naming file, line and problem: an
+    agent must not start without a whitelist it can use (it would nack every job)."""
+    if not path.exists():
+        raise ConfigError(
+            "file not found: an agent needs its whitelist to start (a [commands] table, "
+            "one name = command line per entry; empty, it refuses every command); "
+            "create it or point agent.whitelist at it",
+            path=str(path),
+        )
+    try:
+        return wl.load(path)
+    except ConfigError as exc:
+        raise located(exc) from None
+
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+_ENTRY_FIELDS = ("command", "env", "allow_dash", "allow_dotdot")
+
+
+def located(exc: ConfigError) -> ConfigError:
+    """``exc`` with the line of the file it is about added to its path, when it can be
+    found (a TOML syntax error names it; an entry's line is where its name is written)."""
+    if exc.path is None:
+        return exc
+    problem, line = exc.problem, None
+    found = _TOML_LINE.search(problem)
+    if found is not None:
+        line = int(found.group(1))
+        problem = _TOML_LINE.sub("", problem).strip()
+    elif exc.key is not None and exc.key.startswith("commands."):
+        line = entry_line(Path(exc.path), exc.key.removeprefix("commands."))
+    if line is None:
+        return exc
+    return ConfigError(problem, path=f"{exc.path}:{line}", key=exc.key)
+
+
+def entry_line(path: Path, key: str) -> int | None:
+    """The line on which the whitelist entry ``key`` (maybe ``NAME.env`` and the like) is
+    named, or None."""
+    names = [key]
+    head, _, tail = key.rpartition(".")
+    if head and tail in _ENTRY_FIELDS:
+        names.insert(0, head)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for name in names:
+        spellings = (
+            f'"{name}"',
+            f"'{name}'",
+            f'"{name.replace(chr(92), chr(92) * 2)}"',  # a backslash, escaped in TOML
+            f"[commands.{name}]",
+        )
+        for number, text in enumerate(lines, 1):
+            stripped = text.lstrip()
+            if stripped.startswith("#"):
+                continue
+            bare = stripped.startswith((f"{name} ", f"{name}="))
+            if bare or any(spelling in text for spelling in spellings):
+                return number
+    return None
 
 
 def refusal(whitelist: wl.Whitelist, env: EnvPolicy, commit: m.Commit) -> str | None:

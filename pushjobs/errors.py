@@ -30,7 +30,8 @@ adapter that met them, chained with ``from``, and nowhere else.
     ├── ExecutionError              a job's command could not be started on the node
     ├── JournalError                the agent's local journal of seen job ids failed
     ├── TransportError              socket-level failures, translated from zmq
-    │   └── Unreachable             no answer from a peer within the deadline
+    │   ├── Unreachable             no answer from a peer within the deadline
+    │   └── HandshakeRefused        the peer refused the CurveZMQ handshake (wrong server key)
     ├── ApiError                    an API call the server refused (carries a code)
     │   ├── Unauthorized            the caller's key or role does not allow it
     │   └── NotFound
@@ -153,6 +154,12 @@ class TransportError(PushJobsError):
 
 class Unreachable(TransportError):
     """No answer from a peer within the deadline."""
+
+
+class HandshakeRefused(TransportError):
+    """The peer refused the CurveZMQ handshake: most likely the server key we hold is not
+    its key. A configuration problem (the CLI's exit code 9), not an ``Unreachable``: no
+    wait or retry cures it."""
 
 
 class ApiError(PushJobsError):

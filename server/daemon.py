@@ -56,6 +56,7 @@ from server.channels import Channels, advertised, raise_open_files
 from server.commands import CommandSender
 from server.enrolment import Enrolment, node_key_accepted, node_registered
 from server.handlers import ApiHandlers
+from server.handshakes import Handshakes
 from server.intake import BATCH, NodeIntake
 from server.jobs import Jobs
 from server.leadership import Leadership, Lease
@@ -117,6 +118,8 @@ class Server:
             drops=api_drops,
         )
         bound = self.channels.endpoints()
+        # A client or agent holding the wrong server key shows only here (rate-limited).
+        self.handshakes = Handshakes(self.channels.api, "api")
         heartbeat_endpoint = advertised(bound["heartbeat"], section.advertise_host)
         self.reply_endpoint = advertised(bound["reply"], section.advertise_host)
 
@@ -205,6 +208,7 @@ class Server:
         poller.register(self.channels.replies, zmq.POLLIN)
         poller.register(self.channels.api, zmq.POLLIN)
         poller.register(self.channels.heartbeat, zmq.POLLIN)
+        poller.register(self.handshakes.socket, zmq.POLLIN)
         self.renew(self.clock.monotonic())
         endpoints = self.channels.endpoints()
         self.out.write(
@@ -240,6 +244,8 @@ class Server:
                 self.api.receive(frames, now, now_ms, source=peer)
         if self.channels.heartbeat in ready:
             self.channels.subscriptions()
+        if self.handshakes.socket in ready:
+            self.handshakes.receive(now)
         self.timers()
         self.flush()
 
@@ -247,7 +253,13 @@ class Server:
         now = self.clock.monotonic()
         due = [self.next_beat, self.leadership.next_renewal, self.next_registry, now + MAX_WAIT_S]
         due += [
-            d for d in (self.intake.next_deadline(), self.watches.next_deadline()) if d is not None
+            d
+            for d in (
+                self.intake.next_deadline(),
+                self.watches.next_deadline(),
+                self.handshakes.next_deadline(),
+            )
+            if d is not None
         ]
         job_deadline = self.jobs.coordinator.next_deadline_ms()
         if job_deadline is not None:
@@ -271,6 +283,7 @@ class Server:
             # read what is waiting first.
             self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
         self.intake.expire(now, now_ms)
+        self.handshakes.tick(now)
         if now >= self.next_registry:
             for node in self.enrolment.revoked():
                 self.cut_off(node, now, now_ms)
@@ -345,5 +358,6 @@ class Server:
         try:
             self.leadership.close()
         finally:
+            self.handshakes.close()  # its monitor socket first: the context waits for it
             self.transport.close()
             self.log.close()

@@ -5,6 +5,13 @@ signed with the user's Ed25519 key; replies are accepted only if the server's ke
 them, and matched by ``request_id`` (a stray reply for an earlier, timed-out call is
 skipped). No answer within the timeout is ``Unreachable``; an error reply raises the
 ``ApiError`` its code names (``methods.error_for``).
+
+Silence has two causes a user must tell apart: a server that is down, and one that
+refuses the CurveZMQ handshake because ``client.server_key`` is not its key (then no
+request can even reach it). The socket's monitor tells them apart
+(``pushjobs.transport.handshake``): handshakes failing in a row end the call at once with
+``HandshakeRefused``, a configuration error (exit code 9: waiting or retrying cannot cure
+it), instead of ``Unreachable`` after the whole timeout.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from keys import files
 from keys.fingerprint import key_id
 from keys.identity import PrivateIdentity, PublicIdentity
 from pushjobs.api import methods
-from pushjobs.errors import TransportError, UnknownKey, Unreachable
+from pushjobs.errors import HandshakeRefused, TransportError, UnknownKey, Unreachable
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ApiReply, ApiRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, Verifier, ed25519_verifier
+from pushjobs.transport.handshake import HandshakeMonitor, Refusal, connect_monitored
 from pushjobs.transport.sockets import CurveKeys, Transport
 
 REPLY_LIMITS = Limits(max_header_bytes=2048, max_body_bytes=32 * 1024 * 1024)
@@ -40,9 +48,12 @@ class ApiClient:
         user: PrivateIdentity,
         *,
         timeout_s: float = 10.0,
+        server_key_source: str = "",
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        # Where the server key came from, for the message when the server refuses it.
+        self.server_key_source = server_key_source or f"the key of {server.name!r}"
         self._server = server
         self._user = user
         signer = Ed25519Signer(key_id(user.public.ed25519_public), user.signing_key())
@@ -58,6 +69,7 @@ class ApiClient:
         self._inbox = Inbox(resolve, MAX_SKEW_S, REPLY_LIMITS)
         self._transport = Transport(max_message_bytes=REPLY_LIMITS.max_body_bytes + 4096)
         self._socket: zmq.Socket[bytes] | None = None
+        self._monitor: HandshakeMonitor | None = None
 
     @classmethod
     def from_files(
@@ -68,20 +80,28 @@ class ApiClient:
             files.load_public(server_pub),
             files.load_private(user_key),
             timeout_s=timeout_s,
+            server_key_source=str(server_pub),
         )
 
     def _connect(self) -> zmq.Socket[bytes]:
         if self._socket is None:
             self._socket = self._transport.socket(
                 "dealer",
-                connect=self.endpoint,
                 curve_client=CurveKeys(self._user.public.curve_public, self._user.curve_secret),
                 server_public=self._server.curve_public,
             )
+            try:
+                self._monitor = connect_monitored(self._socket, self.endpoint)
+            except TransportError:
+                self._reset()
+                raise
         return self._socket
 
     def _reset(self) -> None:
         # A DEALER whose peer vanished would keep queued requests forever: start afresh.
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None
         if self._socket is not None:
             self._transport.close_socket(self._socket)
             self._socket = None
@@ -98,12 +118,24 @@ class ApiClient:
         if method == "job.watch" and params is not None:
             timeout_s += min(float(params.get("wait_s", 0) or 0), methods.MAX_WATCH_S)
         deadline = time.monotonic() + timeout_s
+        monitor = self._monitor
+        assert monitor is not None  # made with the socket
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor.socket, zmq.POLLIN)
         try:
             sock.send_multipart(frames, zmq.NOBLOCK)
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not sock.poll(round(remaining * 1000), zmq.POLLIN):
+                if remaining <= 0:
                     break
+                ready = dict(poller.poll(round(remaining * 1000)))
+                refusal = monitor.refused if monitor.socket in ready else None
+                if refusal is not None:
+                    self._reset()
+                    raise HandshakeRefused(self.refused_text(refusal))
+                if sock not in ready:
+                    continue
                 received = self._inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
                 if received is None or not isinstance(received.message, ApiReply):
                     continue
@@ -123,7 +155,14 @@ class ApiClient:
             f"no answer from {self.endpoint} within {timeout_s:g} s: is pushjobs-server running?"
         )
 
+    def refused_text(self, refusal: Refusal) -> str:
+        return (
+            f"{self.endpoint}: the server refused the CurveZMQ handshake: is "
+            f"client.server_key the server's key ({self.server_key_source})? {refusal.cause()}"
+        )
+
     def close(self) -> None:
+        self._reset()
         self._transport.close()
 
     def __enter__(self) -> ApiClient:

@@ -10,8 +10,10 @@ from pushjobs.cli import userconfig
 from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt
 from pushjobs.cli.render import handle_errors, print_json, table
 
-app = typer.Typer(help="Nodes: liveness, key state, current job.", no_args_is_help=True)
-COLUMNS = ("name", "state", "key", "job", "endpoint", "last_seen")
+app = typer.Typer(
+    help="Nodes: liveness, key state, current job, tags and facts.", no_args_is_help=True
+)
+COLUMNS = ("name", "state", "key", "job", "endpoint", "last_seen", "tags", "facts")
 
 
 def _row(node: dict[str, Any]) -> dict[str, Any]:
@@ -23,6 +25,9 @@ def _row(node: dict[str, Any]) -> dict[str, Any]:
         "job": node["job_id"] and f"{node['job_id']} ({node['job_state']})",
         "endpoint": node["command_endpoint"],
         "last_seen": None if ago is None else f"{ago / 1000:.1f}s ago",
+        # What a selector matches (tag=web, os=linux): shown as a selector would say it.
+        "tags": ",".join(node.get("tags") or ()),
+        "facts": ",".join(f"{k}={v}" for k, v in sorted((node.get("facts") or {}).items())),
     }
 
 
@@ -50,7 +55,8 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
 def list_nodes(
     config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Every node the server knows or has a key for.
+    """Every node the server knows or has a key for, with its tags and facts (what
+    selectors like tag=web or os=linux match).
 
     Example: pushjobs node list --json
     """
