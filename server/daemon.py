@@ -233,6 +233,7 @@ class Server:
         self.turn_started = now
         if blind_s > self.config.liveness.interval_s:
             self.stalled(blind_s, now, now_ms)
+        self.confirm_lease(now)
         if self.channels.replies in ready:
             self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
             for node, contact in self.enrolment.stale_contacts(self.sessions.take_stale(), now):
@@ -316,6 +317,12 @@ class Server:
                 self.sender.abort_now(node, job_id, contact.endpoint, contact.curve, now_ms)
         self.intake.cut_off(node, now, now_ms, "key revoked")
 
+    def confirm_lease(self, now: float) -> None:
+        """A leader whose lease may have lapsed while it was not running asks the log before
+        it answers, sends or writes anything more (``Leadership.acting``)."""
+        if self.leadership.leader and not self.leadership.acting(now):
+            self.renew(now)
+
     def renew(self, now: float) -> None:
         if self.leadership.renew(now) is not Lease.TOOK_OVER:
             return
@@ -341,6 +348,7 @@ class Server:
 
     def flush(self) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
+        self.confirm_lease(now)  # stopped in the middle of the turn: ask before sending
         self.jobs.flush(now_ms)
         # New keys first: a node admitted this turn must pass the reply channel's ZAP
         # check (it reads the registry file) once its config reply reaches it.

@@ -8,6 +8,16 @@ epoch moved under it), ``DEPOSED`` when it lost the lease. ``append`` writes wit
 of the current epoch, so a deposed leader's late write is refused by the log itself; a
 refused write stands this server by at once, and the caller hears ``NOT_LEADER``.
 
+A leader acts only while its lease is certainly its own: ``acting(now)`` is false once a
+lease session may have passed, on this server's own monotonic clock, since the last poll
+that confirmed it (a process stopped for longer than its session must not answer, send or
+write as leader on waking before the log has said it still is: ``confirm``). The epoch
+fence on every write is the second line.
+
+The member id names this process (``NAME:INCARNATION@HOST/PID``): a server restarted on
+the same host finds its predecessor's process gone and takes the lease at once instead
+of waiting out the dead one's session (``pushjobs.log.leases``).
+
 What standing by means for the jobs is not this module's business: whoever owns them is
 told through ``on_stand_by``.
 
@@ -18,6 +28,8 @@ its session; a restarted server joins as a new member and waits for it.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Callable, Sequence
 from enum import Enum
 
@@ -27,6 +39,8 @@ from pushjobs.log.base import Fence, GroupMember, OrderedLog
 from pushjobs.log.topics import TopicNames
 
 log = logging.getLogger("pushjobs.server")
+
+SAFE_FRACTION = 0.8  # of a session after a confirmed poll: margin for the log's clock
 
 
 class Lease(Enum):
@@ -55,6 +69,7 @@ class Leadership:
         self.on_stand_by: Callable[[], None] = lambda: None  # set by the jobs' owner
         self.fence: Fence | None = None
         self.next_renewal = 0.0
+        self.valid_until = 0.0  # monotonic: the lease is surely ours until then
 
     @classmethod
     def join(
@@ -62,6 +77,7 @@ class Leadership:
     ) -> Leadership:
         """Become a member of the installation's leader group; the lease comes with ``renew``."""
         group = prefix + "leader"
+        member_id = f"{member_id}@{socket.gethostname()}/{os.getpid()}"
         member = log_.member(group, topics.commands, member_id, session_timeout_s=session_s)
         return cls(log_, member, group, session_s=session_s, unfenced_topic=topics.events)
 
@@ -73,9 +89,22 @@ class Leadership:
     def epoch(self) -> int | None:
         return self.fence.epoch if self.fence is not None else None
 
+    def acting(self, now: float) -> bool:
+        """Leader, and surely still: within a session of the last confirmed poll."""
+        return self.fence is not None and now < self.valid_until
+
+    def confirm(self, now: float) -> Lease:
+        """Before acting after a gap: renew if the lease may have lapsed (``renew``)."""
+        if self.fence is None or now < self.valid_until:
+            return Lease.HELD if self.fence is not None else Lease.STANDING_BY
+        log.warning("the leader lease may have lapsed (this server was not running): checking")
+        return self.renew(now)
+
     def renew(self, now: float) -> Lease:
         epoch = self.member.poll()
         self.next_renewal = now + self.session_s / 3
+        # ``now`` was read before the poll: the lease, renewed by it, lasts at least this.
+        self.valid_until = now + self.session_s * SAFE_FRACTION
         if epoch is None:
             if self.fence is None:
                 return Lease.STANDING_BY

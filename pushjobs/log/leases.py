@@ -10,6 +10,10 @@ tied to one member *object* (its ``token``), not to its member id: a process tha
 restarts with the same id is a new owner and gets a new epoch, so two live handles that
 share an id can never share an epoch. Each change of owner raises the group's epoch to
 one more than the highest it ever had, so epochs only grow.
+
+A member id may end in ``@HOST/PID`` (``process_of``): the process holding the lease. A
+claimant on that host that finds the process gone (``owner_gone``, decided by the backend,
+which may look) takes the lease at once instead of waiting out a dead owner's session.
 """
 
 from __future__ import annotations
@@ -47,13 +51,30 @@ def lease_expired(lease: Lease, now_ms: int) -> bool:
     return abs(now_ms - lease.heartbeat_ms) > lease.session_ms
 
 
+def process_of(member_id: str) -> tuple[str, int] | None:
+    """(host, pid) of a member id ending in ``@HOST/PID``; None for any other id."""
+    _, at, where = member_id.rpartition("@")
+    host, slash, pid = where.partition("/")
+    if not at or not slash or not host or not pid.isdigit():
+        return None
+    return host, int(pid)
+
+
 def poll_lease(
-    lease: Lease | None, claimant: Claimant, *, group_epoch: int, now_ms: int
+    lease: Lease | None,
+    claimant: Claimant,
+    *,
+    group_epoch: int,
+    now_ms: int,
+    owner_gone: bool = False,
 ) -> Lease | None:
-    """The lease after a poll by ``claimant``; None if another member holds it (no change)."""
+    """The lease after a poll by ``claimant``; None if another member holds it (no change).
+
+    ``owner_gone``: the holder's process is known to be dead; its lease is taken at once.
+    """
     if lease is not None and lease.owner is not None and lease.token == claimant.token:
         return replace(lease, heartbeat_ms=now_ms, session_ms=claimant.session_ms)
-    if lease is None or lease_expired(lease, now_ms):
+    if lease is None or lease_expired(lease, now_ms) or owner_gone:
         return Lease(
             claimant.member_id, claimant.token, group_epoch + 1, now_ms, claimant.session_ms
         )

@@ -15,15 +15,19 @@ in the future as expired, so a step costs at most one fenced, hence harmless, ch
 owner.
 
 *Killed at any line.* Every change is one transaction, so the row is as before or after
-it. A killed owner's row stays until its session timeout has passed, then the next poll
+it. A killed owner's row stays until its session timeout has passed (or until a member
+on the owner's host sees its process gone, ``leases.process_of``), then the next poll
 of another member takes it with a higher epoch. A restarted process is a new member (a
 new token) even under the same member id: it gets a new epoch, never its old one.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pushjobs.log import leases
@@ -40,6 +44,24 @@ def group_epoch(db: sqlite3.Connection, group: str) -> int:
         "SELECT coalesce(max(epoch), 0) FROM leases WHERE grp = ?", (group,)
     ).fetchone()
     return int(epoch)
+
+
+def _gone(owner: str) -> bool:
+    """Whether the lease holder ``owner`` is a process of this host that no longer runs.
+
+    Only a member id naming this host and a PID can be judged; a zombie counts as gone. A
+    PID reused by another process reads as alive, which only means waiting out the lease.
+    """
+    where = leases.process_of(owner)
+    if where is None or where[0] != socket.gethostname() or where[1] == os.getpid():
+        return False
+    try:
+        stat = Path(f"/proc/{where[1]}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
 class SqliteMember(NamedMember):
@@ -64,11 +86,13 @@ class SqliteMember(NamedMember):
                 " WHERE grp = ? AND topic_id = ?",
                 key,
             ).fetchone()
+            held = None if row is None else leases.Lease(*row)
             lease = leases.poll_lease(
-                None if row is None else leases.Lease(*row),
+                held,
                 self._claimant,
                 group_epoch=group_epoch(db, self.group),
                 now_ms=self._log.now_ms(),
+                owner_gone=held is not None and held.owner is not None and _gone(held.owner),
             )
             if lease is None:
                 return None

@@ -53,3 +53,20 @@ def test_another_member_takes_an_expired_lease_with_a_new_epoch():
 
 def test_the_same_member_id_with_another_token_is_another_owner():
     assert poll(lease(owner="b", token="old"), member="b") is None
+
+
+def test_a_member_id_may_name_its_process():
+    from pushjobs.log.leases import process_of
+
+    assert process_of("server:abc@host-1/4242") == ("host-1", 4242)
+    assert process_of("server:abc") is None
+    assert process_of("a@b") is None
+    assert process_of("a@host/notapid") is None
+
+
+def test_a_live_lease_whose_owner_is_gone_is_taken_at_once():
+    taken = poll_lease(
+        lease(), Claimant("b", "t-b", 500), group_epoch=3, now_ms=NOW, owner_gone=True
+    )
+    assert taken is not None and (taken.owner, taken.epoch) == ("b", 4)
+    assert poll(lease()) is None  # the same lease, its owner alive: wait

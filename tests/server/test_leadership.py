@@ -80,3 +80,37 @@ def test_losing_the_lease_is_reported_once_and_stands_by() -> None:
     assert a_stood_by == ["a"]
     assert a.renew(clock.monotonic()) is Lease.STANDING_BY
     assert a_stood_by == ["a"]
+
+
+def test_a_leader_that_may_have_lapsed_asks_the_log_before_acting() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    a, stood_by = join(store, clock, "a")
+    b, _ = join(store, clock, "b")
+    a.renew(clock.monotonic())
+    assert a.acting(clock.monotonic())
+    clock.advance(SESSION_S * 0.5)
+    assert a.acting(clock.monotonic())  # well inside the session
+    clock.advance(SESSION_S)  # stopped past its session; b took the lease meanwhile
+    assert b.renew(clock.monotonic()) is Lease.TOOK_OVER
+    assert a.leader and not a.acting(clock.monotonic())  # not trusted before asking
+    assert a.confirm(clock.monotonic()) is Lease.DEPOSED
+    assert not a.leader and stood_by == ["a"]
+
+
+def test_a_leader_confirmed_by_the_log_acts_again() -> None:
+    clock = FakeClock()
+    a, _ = join(MemoryStore(), clock, "a")
+    a.renew(clock.monotonic())
+    clock.advance(SESSION_S * 2)  # nobody else: the log gives it back
+    assert not a.acting(clock.monotonic())
+    assert a.confirm(clock.monotonic()) in (Lease.HELD, Lease.TOOK_OVER)
+    assert a.acting(clock.monotonic())
+
+
+def test_the_member_id_names_this_process() -> None:
+    import os
+    import socket
+
+    clock = FakeClock()
+    a, _ = join(MemoryStore(), clock, "a")
+    assert a.member.member_id == f"a@{socket.gethostname()}/{os.getpid()}"
