@@ -148,6 +148,7 @@ class Sandbox:
                 "auto_accept": self.auto_accept,
                 "leader_session_s": 1.5,
                 "registry_check_s": 0.2,
+                "metrics_bind": "127.0.0.1:0",  # sandboxes run side by side: any port
             },
             "liveness": {
                 "interval_s": self.interval_s,

@@ -9,15 +9,22 @@ Holds no state of its own: killed at any line, nothing is lost here.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from keys.entry import Entry
 from keys.registry import KeyRegistry
+from keys.states import KeyState
 from pushjobs import collector
 from pushjobs.clock import Clock
 from pushjobs.log.base import OrderedLog
+from pushjobs.log.retry import Outage
+from pushjobs.log.timed import TimedLog
 from pushjobs.log.topics import TopicNames
+from pushjobs.states import JobState
 from server.channels import Channels
 from server.coordinator import Coordinator
 from server.enrolment import Enrolment
@@ -53,11 +60,17 @@ class ServerBackend:
         enrolment: Enrolment,
         api_drops: dict[str, int],
         watches: Watches | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.name = name
         self.incarnation = incarnation
         self.clock = clock
         self.started_ms = clock.wall_ms()
+        self.started = clock.monotonic()
+        # Registry counts, recounted only when the registry's entries change.
+        self._entries: tuple[Entry, ...] | None = None
+        self._table_size = 0
+        self._known = self._pending = 0
         self.registry = registry
         self.leadership: Leadership = jobs.leadership
         self.log: OrderedLog = jobs.leadership.log
@@ -69,6 +82,7 @@ class ServerBackend:
         self.enrolment = enrolment
         self.api_drops = api_drops
         self.watches = watches if watches is not None else Watches()
+        self.outage = outage if outage is not None else Outage()
 
     @property
     def coordinator(self) -> Coordinator:
@@ -111,7 +125,44 @@ class ServerBackend:
                 "failed_writes": admission.failed_writes,
             },
             "gc": collector.stats(),
+            "uptime_s": round(self.clock.monotonic() - self.started, 3),
+            "nodes": self._node_counts(),
+            "jobs": self._job_counts(),
+            "heartbeat_lag": lag_summary(intake.heartbeat_lag_ms),
+            "log_append": self._append_latency(),
+            # None while the log takes writes; else since when it has not, and why.
+            "log_outage": self.outage.status(self.clock.monotonic()),
         }
+
+    def _node_counts(self) -> dict[str, int]:
+        """Online, offline (seen or accepted, not online now), pending (keys awaiting an
+        admin)."""
+        entries = self.registry.entries()
+        if entries is not self._entries or len(self.nodes) != self._table_size:
+            # A pass over 50,000 nodes costs ~5 ms: only when the registry or the table
+            # changed, not once a second.
+            nodes = [e for e in entries if e.kind == "node"]
+            accepted = frozenset(e.name for e in nodes if e.state is KeyState.ACCEPTED)
+            self._pending = sum(1 for e in nodes if e.state is KeyState.PENDING)
+            seen = sum(1 for info in self.nodes if info.name not in accepted)
+            self._known = len(accepted) + seen
+            self._entries, self._table_size = entries, len(self.nodes)
+        online = self.intake.liveness.online_count
+        return {
+            "online": online,
+            "offline": max(0, self._known - online),
+            "pending": self._pending,
+        }
+
+    def _job_counts(self) -> dict[str, int]:
+        """Jobs held in memory (active and the last ``keep_finished``) by state."""
+        counts: Counter[str] = Counter(job.state.value for job in self.coordinator.jobs.values())
+        return {state.value: counts[state.value] for state in JobState}
+
+    def _append_latency(self) -> dict[str, Any] | None:
+        if not isinstance(self.log, TimedLog):
+            return None
+        return {**self.log.latency.summary(), "failures": self.log.failures}
 
     def start_job(self, request: JobRequest, caller: str) -> str:
         return self.jobs.start(request, caller, self.clock.wall_ms())
@@ -184,3 +235,20 @@ class ServerBackend:
                         found = {k: event.get(k) for k in OUTPUT_FIELDS}
             offset = batch[-1].offset + 1
         return found
+
+
+def lag_summary(histogram: Sequence[int]) -> dict[str, int | None]:
+    """p50, p99 and max of a histogram of 1 ms buckets (``None`` while it is empty)."""
+    total = sum(histogram)
+    if not total:
+        return {"p50_ms": None, "p99_ms": None, "max_ms": None}
+    marks = {"p50_ms": 0.5 * total, "p99_ms": 0.99 * total}
+    found: dict[str, int | None] = {}
+    seen = 0
+    for ms, n in enumerate(histogram):
+        seen += n
+        for name, rank in marks.items():
+            if name not in found and n and seen >= rank:
+                found[name] = ms
+    found["max_ms"] = max(ms for ms, n in enumerate(histogram) if n)
+    return found

@@ -42,6 +42,8 @@ from keys.registry import KeyRegistry
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.errors import LogError
 from pushjobs.log.factory import open_log
+from pushjobs.log.retry import Outage
+from pushjobs.log.timed import TimedLog
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
@@ -59,11 +61,13 @@ from server.handlers import ApiHandlers
 from server.handshakes import Handshakes
 from server.intake import BATCH, NodeIntake
 from server.jobs import Jobs
-from server.leadership import Leadership, Lease
+from server.leadership import Leadership
+from server.metrics import PUBLISH_EVERY_S, MetricsEndpoint
 from server.nodes import NodeTable
 from server.responder import Responder
 from server.sessions import SessionKeys
 from server.settings import ServerConfig, load_identity
+from server.tenure import Tenure
 from server.watches import Watches
 
 log = logging.getLogger("pushjobs.server")
@@ -92,7 +96,8 @@ class Server:
         registry = KeyRegistry(section.registry_path(), clock=self.clock)
         # The ZAP handler runs on its own thread: it gets its own handle (and file cache).
         zap_registry = KeyRegistry(section.registry_path(), clock=self.clock)
-        self.log = open_log(config.log, clock=self.clock)
+        self.log = TimedLog(open_log(config.log, clock=self.clock), clock=self.clock)
+        self.outage = Outage()
         self.topics = create_standard_topics(self.log, config.log.topic_prefix)
         self.leadership = Leadership.join(
             self.log,
@@ -182,6 +187,16 @@ class Server:
             enrolment=self.enrolment,
             api_drops=api_drops,
             watches=self.watches,
+            outage=self.outage,
+        )
+        self.tenure = Tenure(
+            self.leadership,
+            jobs=self.jobs,
+            intake=self.intake,
+            liveness=self.liveness,
+            settings=live,
+            clock=self.clock,
+            outage=self.outage,
         )
         self.api = ApiFront(
             registry,
@@ -194,8 +209,10 @@ class Server:
             watches=self.watches,
             drops=api_drops,
         )
+        self.metrics = MetricsEndpoint(section.metrics_bind)
         self.stopping = False
         now = self.clock.monotonic()
+        self.next_metrics = now
         self.turn_started = self.poll_started = self.poll_until = now
         self.next_beat = now
         self.next_registry = now + section.registry_check_s
@@ -209,12 +226,15 @@ class Server:
         poller.register(self.channels.api, zmq.POLLIN)
         poller.register(self.channels.heartbeat, zmq.POLLIN)
         poller.register(self.handshakes.socket, zmq.POLLIN)
-        self.renew(self.clock.monotonic())
+        self.tenure.renew(self.clock.monotonic())
         endpoints = self.channels.endpoints()
+        metrics_url = self.metrics.start()
         self.out.write(
             f"pushjobs-server {self.name} ready api={endpoints['api']} "
             f"heartbeat={self.enrolment.heartbeat_endpoint} reply={self.reply_endpoint} "
-            f"leader={'yes' if self.leadership.leader else 'no'}\n"
+            f"leader={'yes' if self.leadership.leader else 'no'}"
+            + (f" metrics={metrics_url}" if metrics_url else "")
+            + "\n"
         )
         self.out.flush()
         while not self.stopping:
@@ -233,7 +253,7 @@ class Server:
         self.turn_started = now
         if blind_s > self.config.liveness.interval_s:
             self.stalled(blind_s, now, now_ms)
-        self.confirm_lease(now)
+        self.tenure.confirm(now)
         if self.channels.replies in ready:
             self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
             for node, contact in self.enrolment.stale_contacts(self.sessions.take_stale(), now):
@@ -274,7 +294,7 @@ class Server:
             self.stalled(now - self.turn_started, now, now_ms)
             self.turn_started = now
         if now >= self.leadership.next_renewal:
-            self.renew(now)
+            self.tenure.renew(now)
         if now >= self.next_beat:
             leader = self.leadership.leader
             self.channels.publish(self.outbox.frames(ServerHeartbeat, now_ms, leader=leader))
@@ -295,6 +315,9 @@ class Server:
         if self.next_compact is not None and now >= self.next_compact:
             self.compact()
             self.next_compact = now + self.config.server.compact_every_s
+        if now >= self.next_metrics:
+            self.metrics.publish(self.backend.info())
+            self.next_metrics = now + PUBLISH_EVERY_S
 
     def stalled(self, blind_s: float, now: float, now_ms: int) -> None:
         """Nothing could be heard for ``blind_s``: move every deadline that long later."""
@@ -317,24 +340,6 @@ class Server:
                 self.sender.abort_now(node, job_id, contact.endpoint, contact.curve, now_ms)
         self.intake.cut_off(node, now, now_ms, "key revoked")
 
-    def confirm_lease(self, now: float) -> None:
-        """A leader whose lease may have lapsed while it was not running asks the log before
-        it answers, sends or writes anything more (``Leadership.acting``)."""
-        if self.leadership.leader and not self.leadership.acting(now):
-            self.renew(now)
-
-    def renew(self, now: float) -> None:
-        if self.leadership.renew(now) is not Lease.TOOK_OVER:
-            return
-        live = self.config.liveness
-        self.liveness.grant(now)  # a full offline window for every node, from now
-        grace_s = 3 * live.interval_s * live.offline_threshold + 2.0
-        awaited = self.jobs.take_over(
-            self.intake.standby_replies, self.clock.wall_ms(), round(grace_s * 1000)
-        )
-        if awaited is not None:
-            self.intake.await_nodes(awaited, now + grace_s)
-
     def compact(self) -> None:
         started = self.clock.monotonic()
         try:
@@ -348,8 +353,7 @@ class Server:
 
     def flush(self) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
-        self.confirm_lease(now)  # stopped in the middle of the turn: ask before sending
-        self.jobs.flush(now_ms)
+        self.tenure.flush(now, now_ms)
         # New keys first: a node admitted this turn must pass the reply channel's ZAP
         # check (it reads the registry file) once its config reply reaches it.
         self.enrolment.admission.flush(now, force=self.stopping)
@@ -364,6 +368,7 @@ class Server:
 
     def close(self) -> None:
         try:
+            self.metrics.close()
             self.leadership.close()
         finally:
             self.handshakes.close()  # its monitor socket first: the context waits for it

@@ -9,6 +9,7 @@
     reply_bind = "tcp://127.0.0.1:7702"     # PULL, CurveZMQ: node heartbeats and replies
     advertise_host = ""                     # host named to nodes (default: the bind host)
     auto_accept = false
+    metrics_bind = "127.0.0.1:9464"         # Prometheus endpoint; port 0: any, "": off
     [jobs]      vote_timeout_s, run_timeout_s
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
@@ -32,6 +33,7 @@ from pushjobs import paths
 from pushjobs.config import LivenessSettings, ProtocolSettings
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
+from server.metrics import parse_bind
 
 CONFIG_FILE = "server.toml"
 """Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
@@ -64,6 +66,8 @@ class ServerSection:
     """Apply compaction and retention to the log this often (0: never; see ``log compact``)."""
     max_open_files: int = 1_048_576
     """Raise the soft open-file limit towards this (capped by the hard limit)."""
+    metrics_bind: str = "127.0.0.1:9464"
+    """The Prometheus endpoint, host:port (port 0: any free port; "" turns it off)."""
 
     def check(self) -> Iterable[tuple[str, str]]:
         for name in ("api_bind", "heartbeat_bind", "reply_bind"):
@@ -82,6 +86,10 @@ class ServerSection:
             yield "max_pending_keys", "must be at least 1"
         if self.max_pending_per_source < 1:
             yield "max_pending_per_source", "must be at least 1"
+        try:
+            parse_bind(self.metrics_bind)
+        except ConfigError as exc:
+            yield "metrics_bind", exc.problem
 
     def key_path(self) -> Path:
         return self.key_file if self.key_file is not None else paths.keys_dir() / f"{self.name}.key"

@@ -4,12 +4,19 @@ A log file is born complete or not at all: it is built under a temporary name an
 into place, so an existing file that is empty, not SQLite, or SQLite without our meta
 table is never half-created by a racing process; it is refused as ``LogCorrupt``. It is
 created mode 0600 (its -wal and -shm files follow): it holds every job's options.
+
+Storage that cannot be written (a full disk, a read-only directory or mount, a failing
+disk) is ``BackendUnavailable`` with a message that says which, in one line: SQLite's
+own words ("unable to open database file", "disk I/O error") do not, so the directory's
+free space and writability are looked at when such an error is met.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -157,7 +164,9 @@ def _create(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BackendUnavailable(f"{path}: cannot create the log's directory: {exc}") from exc
+        raise BackendUnavailable(
+            f"{path}: cannot create the log's directory: {os_problem(exc)}"
+        ) from exc
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         # The log holds every job's options: private from the first byte. SQLite gives its
@@ -187,10 +196,13 @@ def _create(path: Path) -> None:
     except sqlite3.Error as exc:
         raise translate(exc, path, "creating the log") from exc
     except OSError as exc:
-        raise BackendUnavailable(f"{path}: cannot create the log: {exc}") from exc
+        raise BackendUnavailable(
+            f"{path}: cannot create the log in {path.parent}: {os_problem(exc)}"
+        ) from exc
     finally:
         for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-            with contextlib.suppress(FileNotFoundError):
+            # Absent, or in a directory that refused to create them: nothing to clean.
+            with contextlib.suppress(OSError):
                 leftover.unlink()
 
 
@@ -215,6 +227,50 @@ _UNAVAILABLE = frozenset(
 )
 
 
+FULL_BELOW_BYTES = 1 << 20
+"""Free space under which an I/O error is put down to a full disk."""
+
+_OS_PROBLEMS = {
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+}
+
+
+def os_problem(exc: OSError) -> str:
+    """What an OSError means for the log, without the temporary file names."""
+    return _OS_PROBLEMS.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+def storage_problem(path: Path) -> str | None:
+    """Why the log's directory cannot take a write, if it cannot: full or read-only."""
+    directory = path.parent
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return None
+    if free < FULL_BELOW_BYTES:
+        return f"the disk holding the log is full ({free // 1024} KiB free in {directory})"
+    if not os.access(directory, os.W_OK):
+        # access() says EROFS for a read-only mount even to root.
+        return f"the log's directory {directory} is read-only (a read-only mount or permissions)"
+    return None
+
+
+# SQLite's errors from storage that cannot take a write, with what to say when the
+# directory itself shows nothing wrong ("" for SQLite's own words).
+_STORAGE = {
+    sqlite3.SQLITE_FULL: "the disk holding the log is full",
+    sqlite3.SQLITE_READONLY: "the log file is read-only (its mode or owner)",
+    sqlite3.SQLITE_IOERR: "",
+    sqlite3.SQLITE_CANTOPEN: "",
+    sqlite3.SQLITE_PERM: "",
+}
+
+
 def translate(exc: sqlite3.Error, path: Path, what: str) -> LogError:
     """The pushjobs error for a sqlite3 error met while doing ``what`` on ``path``."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # extended codes keep the primary low
@@ -224,6 +280,11 @@ def translate(exc: sqlite3.Error, path: Path, what: str) -> LogError:
         return BackendUnavailable(
             f"{path}: {what}: another process held the log's write lock for longer than "
             f"the busy timeout ({exc})"
+        )
+    if code in _STORAGE:
+        why = storage_problem(path) or _STORAGE[code]
+        return BackendUnavailable(
+            f"{path}: {what}: {why} ({exc})" if why else f"{path}: {what}: {exc}"
         )
     if code in _UNAVAILABLE:
         return BackendUnavailable(f"{path}: {what}: {exc}")

@@ -33,7 +33,7 @@ def server(tmp_path, clock: FakeClock) -> Iterator[Server]:
     server = Server(
         load_config(ServerConfig, sandbox.server_config_path), clock=clock, out=io.StringIO()
     )
-    server.renew(clock.monotonic())  # leader from the start, as ``run`` makes it
+    server.tenure.renew(clock.monotonic())  # leader from the start, as ``run`` makes it
     try:
         yield server
     finally:

@@ -33,7 +33,7 @@ def test_a_job_from_an_unchunked_snapshot_survives_the_next_restart(tmp_path) ->
 
     server = Server(config, clock=clock, out=io.StringIO())
     try:
-        server.renew(clock.monotonic())
+        server.tenure.renew(clock.monotonic())
         assert server.leadership.leader
         restored = server.jobs.coordinator.jobs["old"]
         assert restored.chunks == 3  # 500-node chunks: the size an unsized snapshot implies

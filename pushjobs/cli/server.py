@@ -1,0 +1,127 @@
+"""``pushjobs server``: the server's own health, as an operator reads it at a glance.
+
+``status`` renders ``server.info``: leadership, uptime, nodes and jobs by state, dropped
+messages by socket and reason, heartbeat lag, log append latency and garbage collection
+pauses. ``--json`` prints the reply as it came, every figure included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import typer
+
+from pushjobs.cli import userconfig
+from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt
+from pushjobs.cli.render import handle_errors, print_json
+
+app = typer.Typer(help="The server itself: health and figures.", no_args_is_help=True)
+
+
+def duration(seconds: float) -> str:
+    """``3d 4h``, ``2h 03m``, ``5m 12s``, ``42s``: the two largest units."""
+    s = int(seconds)
+    days, hours, minutes = s // 86400, s // 3600 % 24, s // 60 % 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g} ms"
+
+
+def _counts(counts: Mapping[str, int], order: list[str] | None = None) -> str:
+    """``3 running, 120 complete``: the non-zero ones, in ``order``; ``none`` if all are 0."""
+    names = order if order is not None else sorted(counts)
+    shown = [f"{counts[n]:,} {n}" for n in names if counts.get(n)]
+    return ", ".join(shown) or "none"
+
+
+def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) rows of the status block."""
+    role = f"leader, epoch {info['epoch']}" if info.get("leader") else "standing by (not leader)"
+    uptime = info.get("uptime_s")
+    rows = [
+        (
+            "server",
+            f"{info['server_id']} (incarnation {info['incarnation']}), {role}"
+            + ("" if uptime is None else f", up {duration(uptime)}"),
+        )
+    ]
+    nodes = info.get("nodes") or {"online": info.get("nodes_online", 0)}
+    rows.append(("nodes", ", ".join(f"{n:,} {state}" for state, n in nodes.items())))
+    if "jobs" in info:
+        rows.append(("jobs", _counts(info["jobs"], list(info["jobs"]))))
+    drops = [
+        f"{socket}: {_counts(reasons)}"
+        for socket, reasons in sorted(info.get("drops", {}).items())
+        if any(reasons.values())
+    ]
+    rows.append(("drops", "; ".join(drops) or "none"))
+    lag = info.get("heartbeat_lag")
+    if lag is not None:
+        rows.append(
+            (
+                "heartbeats",
+                f"lag p50 {_ms(lag['p50_ms'])}, p99 {_ms(lag['p99_ms'])}, "
+                f"max {_ms(lag['max_ms'])} ({info.get('heartbeats', 0):,} heartbeats)",
+            )
+        )
+    outage = info.get("log_outage")
+    if outage:
+        rows.append(
+            (
+                "log",
+                f"NOT WRITABLE for {duration(outage['for_s'])} ({outage['tries']} tries): "
+                f"{outage['error']}",
+            )
+        )
+    append = info.get("log_append")
+    if append is not None:
+        rows.append(
+            (
+                "log",
+                f"append p50 {_ms(append['p50_ms'])}, p99 {_ms(append['p99_ms'])}, "
+                f"max {_ms(append['max_ms'])} ({append['count']:,} appends, "
+                f"{append['failures']:,} failed)",
+            )
+        )
+    gc = info.get("gc")
+    if gc:
+        rows.append(
+            (
+                "gc",
+                f"paused {_ms(round(sum(gc['pause_total_ms']), 1))} in total, longest "
+                f"{_ms(max(gc['pause_max_ms']))} ({sum(gc['collections']):,} collections, "
+                f"{gc['collections'][2]:,} full)",
+            )
+        )
+    return rows
+
+
+def render(info: Mapping[str, Any]) -> str:
+    rows = lines(info)
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {text}" for label, text in rows)
+
+
+@app.command("status")
+@handle_errors
+def status(config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False) -> None:
+    """Leader, epoch, uptime, nodes and jobs by state, drops, heartbeat lag, log append
+    latency and GC pauses of the server.
+
+    Example: pushjobs server status --json
+    """
+    with userconfig.connect(config, server) as client:
+        info = client.call("server.info", {})
+    if as_json:
+        print_json(info)
+    else:
+        typer.echo(render(info))

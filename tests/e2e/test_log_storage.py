@@ -1,0 +1,210 @@
+"""A log the server cannot write (a full disk, a read-only directory): one clear line, no
+traceback, no exit; the server waits, keeps watching its nodes, and leads again once the
+log takes writes. Real server and agents, the log on a real tmpfs of its own.
+
+Root (or CAP_SYS_ADMIN) is needed to mount; elsewhere these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pushjobs.childproc import await_ready, spawn
+from pushjobs.cli.exitcodes import Exit
+from pushjobs.sandbox import Sandbox
+from tests.e2e.conftest import Fleet, make_fleet
+from tests.support import wait_until
+
+MOUNT_BYTES = 8 << 20
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on its own tmpfs: it can be filled, or remounted read-only."""
+    mount = tmp_path / f"logfs-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    done = _run("mount", "-t", "tmpfs", "-o", f"size={MOUNT_BYTES}", "tmpfs", str(mount))
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        _run("umount", "-l", str(mount))
+
+
+def fill(directory: Path) -> Path:
+    """Write zeros until the filesystem is full; the file, to delete to free it."""
+    filler = directory / "filler"
+    chunk = b"\0" * 65536
+    with filler.open("wb", buffering=0) as fh:
+        with contextlib.suppress(OSError):
+            while True:
+                fh.write(chunk)
+        with contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\0" * 512)
+    return filler
+
+
+def set_readonly(directory: Path, readonly: bool) -> None:
+    mode = "remount,ro" if readonly else "remount,rw"
+    done = _run("mount", "-o", mode, str(directory))
+    assert done.returncode == 0, done.stderr
+
+
+def server_log(sandbox: Sandbox) -> str:
+    return (sandbox.root / "logs" / "server.log").read_text(errors="replace")
+
+
+def pushjobs(sandbox: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pushjobs.cli.main", *args],
+        env=sandbox.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def restart_server(sandbox: Sandbox) -> None:
+    """Start the server without waiting for its ready line (it may not come yet)."""
+    argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+    old = sandbox.procs.pop("server")
+    old.kill()
+    sandbox.procs["server"] = spawn(
+        "server", argv, sandbox.root / "logs" / "server.log", env=sandbox.env(), cwd=sandbox.root
+    )
+
+
+def storage_fleet(tmp_path: Path, log_dir: Path) -> Fleet:
+    return make_fleet(
+        tmp_path,
+        nodes=["node-1", "node-2"],
+        server_extra={"log": {"path": str(log_dir / "log.db")}},
+    )
+
+
+def test_a_full_disk_while_running_stands_the_server_by_until_space_is_freed(
+    tmp_path: Path, log_dir: Path
+) -> None:
+    fleet = storage_fleet(tmp_path, log_dir)
+    try:
+        fleet.wait_online()
+        fleet.wait_job(fleet.start("hello")["job_id"])
+        filler = fill(log_dir)
+        # Any write meets the full disk: a job start, or the lease renewal.
+        refused = pushjobs(fleet.sandbox, "job", "start", "hello", "node-1")
+        assert refused.returncode != Exit.OK
+        # Refused in one line: by the full disk itself, or, once the server has stood
+        # by, as not leading.
+        assert len(refused.stderr.splitlines()) == 1
+        assert "full" in refused.stderr or "not the leader" in refused.stderr
+        wait_until(lambda: "the ordered log cannot be written" in server_log(fleet.sandbox))
+
+        status = pushjobs(fleet.sandbox, "server", "status")
+        assert status.returncode == Exit.OK, status.stderr
+        assert "standing by" in status.stdout and "NOT WRITABLE" in status.stdout
+        assert "the disk holding the log is full" in status.stdout
+        assert fleet.sandbox.procs["server"].alive()
+        assert all(fleet.node(n)["online"] for n in fleet.sandbox.nodes)  # still watched
+
+        filler.unlink()
+        wait_until(lambda: fleet.call("server.info")["leader"], 30, 0.1)
+        job = fleet.wait_job(fleet.start("hello")["job_id"])
+        assert job["state"] == "complete"
+        text = server_log(fleet.sandbox)
+        assert text.count("the ordered log cannot be written") == 1  # not a line per retry
+        assert "the ordered log can be written again" in text
+        assert "Traceback" not in text
+    finally:
+        fleet.close()
+
+
+def test_a_full_disk_at_start_is_waited_for_not_exited_on(tmp_path: Path, log_dir: Path) -> None:
+    fleet = storage_fleet(tmp_path, log_dir)
+    try:
+        fleet.wait_online()
+        filler = fill(log_dir)
+        restart_server(fleet.sandbox)
+        wait_until(lambda: "the ordered log cannot be written" in server_log(fleet.sandbox))
+        server = fleet.sandbox.procs["server"]
+        assert server.alive()
+        filler.unlink()
+        await_ready(server, "pushjobs-server", 30)
+        fleet.reconnect()
+        wait_until(lambda: fleet.call("server.info")["leader"], 30, 0.1)  # the old lease lapses
+        fleet.wait_online()
+        assert fleet.wait_job(fleet.start("hello")["job_id"])["state"] == "complete"
+        assert "Traceback" not in server_log(fleet.sandbox)
+    finally:
+        fleet.close()
+
+
+def test_a_read_only_log_directory_is_one_line_and_a_wait(tmp_path: Path, log_dir: Path) -> None:
+    sandbox = Sandbox(
+        tmp_path / "fleet",
+        nodes=["node-1"],
+        server_extra={"log": {"path": str(log_dir / "log.db")}},
+    ).prepare()
+    try:
+        set_readonly(log_dir, True)
+        argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+        server = spawn(
+            "server",
+            argv,
+            sandbox.root / "logs" / "server.log",
+            env=sandbox.env(),
+            cwd=sandbox.root,
+        )
+        sandbox.procs["server"] = server
+        wait_until(lambda: "the ordered log cannot be written" in server_log(sandbox))
+        line = next(ln for ln in server_log(sandbox).splitlines() if "cannot be written" in ln)
+        assert "read-only file system" in line
+        assert server.alive()
+        set_readonly(log_dir, False)
+        await_ready(server, "pushjobs-server", 30)
+        server.signal(signal.SIGTERM)
+        assert server.popen.returncode == 0
+        assert "Traceback" not in server_log(sandbox)
+    finally:
+        with contextlib.suppress(AssertionError):
+            set_readonly(log_dir, False)
+        sandbox.stop()
+
+
+def test_sigterm_while_waiting_for_the_log_is_a_clean_stop(tmp_path: Path, log_dir: Path) -> None:
+    sandbox = Sandbox(
+        tmp_path / "fleet", nodes=[], server_extra={"log": {"path": str(log_dir / "log.db")}}
+    ).prepare()
+    try:
+        set_readonly(log_dir, True)
+        argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+        server = spawn(
+            "server",
+            argv,
+            sandbox.root / "logs" / "server.log",
+            env=sandbox.env(),
+            cwd=sandbox.root,
+        )
+        sandbox.procs["server"] = server
+        wait_until(lambda: "the ordered log cannot be written" in server_log(sandbox))
+        server.signal(signal.SIGTERM)
+        assert server.popen.returncode == Exit.OK
+        assert "stopped before the ordered log could be written" in server_log(sandbox)
+    finally:
+        with contextlib.suppress(AssertionError):
+            set_readonly(log_dir, False)
+        sandbox.stop()
