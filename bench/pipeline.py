@@ -1,18 +1,22 @@
-"""The fleet report on 1M and 10M synthetic events: Spark against one Python process.
+"""The fleet report on 1M and 10M synthetic events: Spark, DuckDB and one Python process.
 
-For each size it generates a realistic history (``pushjobs.pipeline.demo``) in the
-archive's Parquet layout, then computes the same report twice in this run:
+For each size it generates a realistic history (``pushjobs.pipeline.demo``: 500 nodes,
+14 days) in the archive's Parquet layout, then computes the same report in this run:
 
 - Spark (``spark_job``), local mode with the production settings (``[report]`` defaults:
   local[2], 4 shuffle partitions), timed from reading the Parquet to the collected tables
-  (the session's start-up is reported separately, once);
+  (the session's start-up is reported separately, once); exact percentiles, then
+  ``--approx``, then a window of the last day only (``--since``), with the share of the
+  Parquet bytes that window reads;
+- DuckDB (a dev/bench dependency only), the same tables written independently in SQL
+  over the same files: the baseline of what one machine can do;
 - the single-process reference (``metrics.compute``) over the same Parquet read with
   pyarrow, batch by batch.
 
-It prints both times, their ratio, how each grows from the smallest to the largest size,
-and checks the two reports agree (same nodes, outcomes and latency percentiles).
+It prints the times, the ratios to DuckDB, how each grows from the smallest to the
+largest size, and checks that the reports agree (availability, outcomes, percentiles).
 
-    python bench/pipeline.py [--sizes 1000000,10000000] [--driver-memory 3g]
+    python bench/pipeline.py [--sizes 1000000,10000000] [--driver-memory 3g] [--no-reference]
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.pipeline import demo, metrics, spark_job
+from pushjobs.pipeline import demo, events, metrics, spark_job
 from pushjobs.pipeline.session import spark_session
 from pushjobs.pipeline.settings import ReportSettings
 
@@ -58,10 +62,175 @@ def single_process(location: Path) -> tuple[metrics.Report, float]:
     return report, time.monotonic() - started
 
 
-def on_spark(spark: Any, location: Path) -> tuple[metrics.Report, float]:
+def on_spark(
+    spark: Any,
+    location: Path,
+    window: tuple[int, int] | None = None,
+    approx: bool = False,
+) -> tuple[metrics.Report, float]:
     started = time.monotonic()
-    report = spark_job.compute(spark_job.load(spark, str(location)))
+    since, until = window or (None, None)
+    df = spark_job.load(spark, str(location), since, until)
+    report = spark_job.compute(df, since=since, until=until, approx=approx)
     return report, time.monotonic() - started
+
+
+def bytes_read(location: Path, since: int, until: int) -> float:
+    """The share of the Parquet bytes a window from ``since`` needs: its days whole; of the
+    day before, the row groups of job events (ts, offset, kind, job_id, state); of older
+    days the liveness row groups (ts, offset, kind, node). Every other row group is
+    skipped by the reader on its ``kind`` dictionary (``spark_job.load``)."""
+    import pyarrow.parquet as pq
+
+    first, marks = events.day(since), events.day(metrics.marks_from(since))
+    total = part = 0
+    for path in location.glob("date=*/*.parquet"):
+        size = path.stat().st_size
+        total += size
+        day = path.parent.name.removeprefix("date=")
+        if day > events.day(until - 1):
+            continue
+        if day >= first:
+            part += size
+            continue
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            kinds = group.column(2).statistics
+            if kinds is None or not kinds.has_min_max:
+                continue
+            if kinds.min >= "node_offline" and kinds.max <= "node_online":
+                wanted = ("ts", "offset", "kind", "node")
+            elif day >= marks and kinds.max <= "job_state":
+                wanted = ("ts", "offset", "kind", "job_id", "state")
+            else:
+                continue
+            for c in range(group.num_columns):
+                column = group.column(c)
+                if column.path_in_schema in wanted:
+                    part += column.total_compressed_size
+    return part / total
+
+
+DUCK_USABLE = """
+    ts IS NOT NULL AND kind IN ('job_created','job_state','node_state','node_online',
+      'node_offline','output')
+    AND CASE WHEN kind IN ('node_online','node_offline') THEN coalesce(node,'') <> ''
+             WHEN kind = 'node_state' THEN coalesce(node,'') <> '' AND coalesce(job_id,'') <> ''
+               AND coalesce(state,'') <> ''
+             WHEN kind = 'job_state' THEN coalesce(job_id,'') <> '' AND coalesce(state,'') <> ''
+             ELSE true END"""
+
+
+def on_duckdb(location: Path) -> tuple[dict[str, Any], float]:
+    """The report's tables in DuckDB SQL, over the whole history (no server gaps in it)."""
+    import duckdb
+
+    started = time.monotonic()
+    db = duckdb.connect()
+    db.execute(f"""CREATE TEMP TABLE good AS SELECT ts, "offset", kind, job_id, node, state,
+        prev_state, CASE WHEN coalesce(command, '') = '' THEN '(unknown)' ELSE command END
+        AS command FROM read_parquet('{location}/date=*/*.parquet', hive_partitioning=false)
+        WHERE {DUCK_USABLE}""")
+    since, last = db.execute("SELECT min(ts), max(ts) FROM good").fetchone()
+    until = last + 1
+    availability = db.execute(f"""
+        WITH l AS (SELECT node, ts, kind, "offset",
+            lead(ts, 1, {until}) OVER w AS nxt, lag(kind) OVER w AS prev
+            FROM good WHERE kind IN ('node_online','node_offline') AND ts < {until}
+            WINDOW w AS (PARTITION BY node ORDER BY ts, "offset")),
+        s AS (SELECT *, greatest(0, least(nxt, {until}) - greatest(ts, {since})) AS span,
+            (kind = 'node_offline' AND coalesce(prev, '') <> 'node_offline') AS turn FROM l),
+        t AS (SELECT *, sum(turn::INT) OVER (PARTITION BY node ORDER BY ts, "offset")
+            AS stretch FROM s),
+        o AS (SELECT node, stretch, sum(span) FILTER (kind = 'node_online') AS onl,
+            sum(span) FILTER (kind = 'node_offline') AS offl,
+            sum((turn AND ts >= {since})::INT) AS flaps FROM t GROUP BY node, stretch)
+        SELECT node, coalesce(sum(onl), 0), coalesce(sum(offl), 0), sum(flaps),
+            coalesce(max(offl) FILTER (stretch > 0), 0)
+        FROM o GROUP BY node ORDER BY node""").fetchall()
+    db.execute(f"""CREATE TEMP TABLE ns AS
+        WITH marks AS (SELECT job_id, min(ts) FILTER (state = 'voting') AS v,
+            min(ts) FILTER (state = 'running') AS r FROM good
+            WHERE kind = 'job_state' AND ts >= {metrics.marks_from(since)} AND ts < {until}
+            GROUP BY job_id)
+        SELECT n.job_id, node, command, n.state,
+            CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked') AND v IS NOT NULL
+                   THEN 'commit_to_ack'
+                 WHEN prev_state IN ('ready','running') AND n.state IN ('succeeded','failed',
+                   'timed_out','crashed','aborted') AND r IS NOT NULL THEN 'run_to_finish'
+            END AS metric,
+            greatest(0, CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked')
+                AND v IS NOT NULL THEN ts - v ELSE ts - r END) AS ms
+        FROM good n LEFT JOIN marks USING (job_id)
+        WHERE kind = 'node_state' AND ts >= {since} AND ts < {until}""")
+    counts = ", ".join(f"count(*) FILTER (state = '{s}')" for s in metrics.OUTCOMES)
+    outcomes = db.execute(f"""SELECT command, node, count(DISTINCT job_id), {counts}
+        FROM ns GROUP BY ALL ORDER BY command, node""").fetchall()
+    by_command = db.execute(f"""SELECT command, count(DISTINCT job_id),
+        count(DISTINCT node), {counts} FROM ns GROUP BY ALL ORDER BY command""").fetchall()
+    q = "quantile_cont(ms, [0.5, 0.95, 0.99])"
+    latency = db.execute(f"""
+        SELECT metric, '{metrics.FLEET}' AS scope, count(*), {q} FROM ns
+            WHERE metric IS NOT NULL GROUP BY metric
+        UNION ALL SELECT metric, node, count(*), {q} FROM ns
+            WHERE metric IS NOT NULL GROUP BY metric, node
+        ORDER BY 1, scope <> '{metrics.FLEET}', 2""").fetchall()
+    box = ", ".join(str(x) for x in metrics.BOX_QUANTILES)
+    by_cmd_latency = db.execute(f"""SELECT metric, command, count(*),
+        quantile_cont(ms, [{box}]) FROM ns WHERE metric IS NOT NULL GROUP BY ALL
+        ORDER BY 1, 2""").fetchall()
+    stragglers = db.execute(f"""WITH runs AS (SELECT * FROM ns WHERE metric = 'run_to_finish'),
+        med AS (SELECT command, quantile_cont(ms, 0.5) AS m FROM runs GROUP BY command)
+        SELECT node, command, count(*) AS n, quantile_cont(ms, 0.5) AS p50, any_value(m)
+        FROM runs JOIN med USING (command) GROUP BY node, command
+        HAVING n >= {metrics.DEFAULT_MIN_SAMPLES} AND p50 > 2 * any_value(m)
+        ORDER BY node, command""").fetchall()
+    tables = {
+        "availability": availability,
+        "outcomes": outcomes,
+        "by_command": by_command,
+        "latency": latency,
+        "latency_by_command": by_cmd_latency,
+        "stragglers": stragglers,
+    }
+    db.close()
+    return tables, time.monotonic() - started
+
+
+def agree_duckdb(a: metrics.Report, d: dict[str, Any]) -> str:
+    """Spark's tables against DuckDB's rows, figure by figure."""
+    mine = [
+        (r["node"], r["online_ms"], r["offline_ms"], r["flaps"], r["longest_outage_ms"])
+        for r in a.availability
+    ]
+    if mine != [(row[0], *map(int, row[1:])) for row in d["availability"]]:
+        return "availability differs"
+    if [tuple(r.values()) for r in a.outcomes] != [tuple(row) for row in d["outcomes"]]:
+        return "outcomes differ"
+    if [
+        (r["command"], r["jobs"], r["nodes"], *(r[s] for s in metrics.OUTCOMES))
+        for r in a.by_command
+    ] != [tuple(row) for row in d["by_command"]]:
+        return "outcomes per command differ"
+    for r, row in zip(a.latency, d["latency"], strict=True):
+        if (r["metric"], r["scope"], r["count"]) != tuple(row[:3]) or not all(
+            math.isclose(r[k], v, rel_tol=1e-9, abs_tol=1e-6)
+            for k, v in zip(("p50", "p95", "p99"), row[3], strict=True)
+        ):
+            return f"latency differs at {r['metric']} {r['scope']}"
+    for r, row in zip(a.latency_by_command, d["latency_by_command"], strict=True):
+        want = [r[f"p{round(x * 100)}"] for x in metrics.BOX_QUANTILES]
+        if (r["metric"], r["command"], r["count"]) != tuple(row[:3]) or not all(
+            math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6)
+            for x, y in zip(want, row[3], strict=True)
+        ):
+            return f"latency per command differs at {r['metric']} {r['command']}"
+    if [(s["node"], s["command"], s["runs"]) for s in a.stragglers] != [
+        tuple(row[:3]) for row in d["stragglers"]
+    ]:
+        return "stragglers differ"
+    return "identical"
 
 
 def agree(a: metrics.Report, b: metrics.Report) -> str:
@@ -77,8 +246,21 @@ def agree(a: metrics.Report, b: metrics.Report) -> str:
         for q in ("p50", "p95", "p99"):
             if not math.isclose(x[q], y[q], rel_tol=1e-9, abs_tol=1e-6):
                 return f"{x['metric']} {x['scope']} {q}: {x[q]} vs {y[q]}"
-    if [s["node"] for s in a.stragglers] != [s["node"] for s in b.stragglers]:
+    if a.latency_by_command != b.latency_by_command:
+        pairs = zip(a.latency_by_command, b.latency_by_command, strict=True)
+        if any(
+            not math.isclose(x[k], y[k], rel_tol=1e-9)
+            for x, y in pairs
+            for k in x
+            if k.startswith("p")
+        ):
+            return "latency per command differs"
+    if [(s["node"], s["command"]) for s in a.stragglers] != [
+        (s["node"], s["command"]) for s in b.stragglers
+    ]:
         return "stragglers differ"
+    if a.downtime_by_day != b.downtime_by_day or a.outcomes_by_day != b.outcomes_by_day:
+        return "tables by day differ"
     return "identical"
 
 
@@ -86,6 +268,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--driver-memory", default="3g")
+    parser.add_argument("--keep", help="generate into (or reuse) this directory per size")
+    parser.add_argument(
+        "--no-reference", action="store_true", help="skip the single-process reference"
+    )
     args = parser.parse_args()
     print(describe())
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -103,27 +289,78 @@ def main() -> None:
     results = []
     try:
         for size in sizes:
-            root = Path(tempfile.mkdtemp(prefix=f"pushjobs-pipeline-{size}-"))
+            keep = Path(args.keep) / str(size) if args.keep else None
+            root = keep or Path(tempfile.mkdtemp(prefix=f"pushjobs-pipeline-{size}-"))
             try:
-                count, gen_s = generate(size, root)
-                print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
-                s_report, s_took = on_spark(spark, root)
-                print(f"  spark:          {s_took:7.2f} s")
-                p_report, p_took = single_process(root)
-                print(f"  single process: {p_took:7.2f} s   (pyarrow read + metrics.compute)")
-                verdict = agree(s_report, p_report)
-                print(f"  ratio single/spark {p_took / s_took:.2f}; reports {verdict}")
-                results.append((count, s_took, p_took, verdict))
+                results.append(_one_size(spark, size, root, args.no_reference))
             finally:
-                shutil.rmtree(root, ignore_errors=True)
+                if keep is None:
+                    shutil.rmtree(root, ignore_errors=True)
     finally:
         spark.stop()
-    print(f"\n{'events':>10} {'spark s':>8} {'single s':>9} {'single/spark':>12}  reports")
-    for count, s_took, p_took, verdict in results:
-        print(f"{count:>10} {s_took:>8.2f} {p_took:>9.2f} {p_took / s_took:>12.2f}  {verdict}")
+    print(
+        f"\n{'events':>10} {'spark s':>8} {'warm s':>8} {'approx s':>8} {'duckdb s':>8} "
+        f"{'single s':>8} {'spark/duckdb':>12} {'warm/duckdb':>11} {'1 day s':>8}  reports"
+    )
+    for r in results:
+        print(
+            f"{r['count']:>10} {r['spark']:>8.2f} {r['warm']:>8.2f} {r['approx']:>8.2f} "
+            f"{r['duckdb']:>8.2f} {r['single']:>8.2f} {r['spark'] / r['duckdb']:>12.2f} "
+            f"{r['warm'] / r['duckdb']:>11.2f} {r['day']:>8.2f}  {r['verdict']}"
+        )
     if len(results) > 1:
-        (c0, s0, p0, _), (c1, s1, p1, _) = results[0], results[-1]
-        print(f"growth x{c1 / c0:.1f} events: spark x{s1 / s0:.2f}, single process x{p1 / p0:.2f}")
+        a, b = results[0], results[-1]
+        print(
+            f"growth x{b['count'] / a['count']:.1f} events: spark x{b['spark'] / a['spark']:.2f} "
+            f"(warm x{b['warm'] / a['warm']:.2f}), "
+            f"duckdb x{b['duckdb'] / a['duckdb']:.2f}, single process "
+            f"x{b['single'] / a['single']:.2f}"
+        )
+
+
+def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str, Any]:
+    if any(root.glob("date=*/*.parquet")):
+        import pyarrow.dataset as ds
+
+        gen_s = 0.0
+        count = ds.dataset(str(root), format="parquet", partitioning="hive").count_rows()
+    else:
+        count, gen_s = generate(size, root)
+    print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
+    s_report, s_took = on_spark(spark, root)
+    print(f"  spark:          {s_took:7.2f} s   (exact percentiles; its first report)")
+    _, w_took = on_spark(spark, root)
+    print(f"  spark again:    {w_took:7.2f} s   (the same, its code compiled and warm)")
+    _, a_took = on_spark(spark, root, approx=True)
+    print(f"  spark --approx: {a_took:7.2f} s")
+    assert s_report.until is not None
+    day = s_report.until - s_report.until % demo.DAY_MS - demo.DAY_MS  # the last whole day
+    d_report, d_took = on_spark(spark, root, window=(day, day + demo.DAY_MS))
+    days = len(list(root.glob("date=*")))
+    print(
+        f"  spark, one UTC day of {days}: {d_took:7.2f} s, reading "
+        f"{100 * bytes_read(root, day, day + demo.DAY_MS):.1f}% of the bytes "
+        f"({d_report.events} events in the window)"
+    )
+    duck, k_took = on_duckdb(root)
+    print(f"  duckdb:         {k_took:7.2f} s   spark/duckdb {s_took / k_took:.2f}")
+    verdict = f"spark vs duckdb {agree_duckdb(s_report, duck)}"
+    p_took = math.nan
+    if not no_reference:
+        p_report, p_took = single_process(root)
+        print(f"  single process: {p_took:7.2f} s   (pyarrow read + metrics.compute)")
+        verdict += f"; spark vs reference {agree(s_report, p_report)}"
+    print(f"  reports: {verdict}")
+    return {
+        "count": count,
+        "spark": s_took,
+        "warm": w_took,
+        "approx": a_took,
+        "day": d_took,
+        "duckdb": k_took,
+        "single": p_took,
+        "verdict": verdict,
+    }
 
 
 def _du(path: Path) -> str:

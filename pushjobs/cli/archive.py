@@ -30,6 +30,14 @@ def archive(
         Path | None,
         typer.Option("--out", help="Archive directory (default: $PUSHJOBS_HOME/archive)."),
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="The consumer group that keeps this archive's position (default: [archive] "
+            "group, pushjobs.archiver). A new archive directory needs a group of its own.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
 ) -> None:
@@ -37,7 +45,8 @@ def archive(
 
     Safe to run again and after a crash: it resumes from its consumer group's committed
     offset, and removes half-written files of an interrupted run first. Records that are
-    not valid events go to OUT/rejected/ with their offset and the reason.
+    not valid events go to OUT/_rejected/ with their offset and the reason. The position
+    is the consumer group's, in the log: a second archive directory needs its own --group.
 
     Example: pushjobs archive --log /srv/pushjobs/log.db --out /srv/pushjobs/archive
     """
@@ -61,7 +70,7 @@ def archive(
             handle,
             topic,
             directory,
-            group=cfg.archive.group,
+            group=group or cfg.archive.group,
             batch=cfg.archive.batch,
             on_batch=progress,
         )
@@ -70,6 +79,7 @@ def archive(
         handle.close()
     summary = {
         "directory": str(directory),
+        "group": archiver.group,
         "from_offset": result.from_offset,
         "to_offset": result.to_offset,
         "archived": result.archived,
@@ -89,7 +99,7 @@ def archive(
     )
     if result.rejected:
         typer.echo(
-            f"{result.rejected} records rejected (see {directory}/rejected): {result.reasons}"
+            f"{result.rejected} records rejected (see {directory}/_rejected): {result.reasons}"
         )
     if result.removed_partial:
         typer.echo(f"{result.removed_partial} files of an interrupted run removed first")

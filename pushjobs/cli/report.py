@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -30,6 +31,14 @@ def _ms(text: str | None, what: str) -> int | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def _active_session() -> Any:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
 
 
 @handle_errors
@@ -60,6 +69,15 @@ def report(
         bool,
         typer.Option("--demo", help="Report on a generated week of a 40-node fleet instead."),
     ] = False,
+    approx: Annotated[
+        bool,
+        typer.Option(
+            "--approx",
+            help="Approximate percentiles, each within 0.5% of the exact value (latencies "
+            "rounded to 3 significant digits first): less work on large histories. "
+            "Default: exact.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Availability, flaps, outcomes per command and node, latency percentiles, stragglers.
@@ -73,7 +91,7 @@ def report(
     """
     from dataclasses import replace
 
-    from pushjobs.pipeline import output, spark_job
+    from pushjobs.pipeline import charts, output, page, spark_job
     from pushjobs.pipeline.session import spark_session
     from pushjobs.pipeline.settings import PipelineConfig
 
@@ -89,35 +107,39 @@ def report(
     # A bad window is a usage error before Spark spends seconds starting.
     since_ms, until_ms = _ms(since, "--since"), _ms(until, "--until")
     started = time.monotonic()
-    if demo:
-        from pushjobs.pipeline.demo import history, write_parquet
+    with contextlib.ExitStack() as stack:
+        if demo:
+            from pushjobs.pipeline.demo import history, write_parquet
 
-        location = tempfile.mkdtemp(prefix="pushjobs-demo-")
-        count = write_parquet(history(), Path(location))
-        say(f"generated {count} demo events in {location}")
-    elif "://" not in location and not Path(location).exists():
-        error(f"no archive at {location}: run 'pushjobs archive' first, or try --demo")
-        raise typer.Exit(int(Exit.NOT_FOUND))
-    log_file = out_dir / "spark.log"
-    say(f"starting Spark ({settings.master}; its log: {log_file}) ...")
-    spark = spark_session(settings, log_file=log_file)
-    try:
+            location = stack.enter_context(tempfile.TemporaryDirectory(prefix="pushjobs-demo-"))
+            count = write_parquet(history(), Path(location))
+            say(f"generated {count} demo events in {location} (removed afterwards)")
+        elif "://" not in location and not Path(location).exists():
+            error(f"no archive at {location}: run 'pushjobs archive' first, or try --demo")
+            raise typer.Exit(int(Exit.NOT_FOUND))
+        log_file = out_dir / "spark.log"
+        say(f"starting Spark ({settings.master}; its log: {log_file}) ...")
+        running = _active_session()
+        spark = spark_session(settings, log_file=log_file)
+        if running is None:  # a session this process already had is not ours to stop
+            stack.callback(spark.stop)
         say(f"reading {location}")
         result = spark_job.compute(
-            spark_job.load(spark, location),
+            spark_job.load(spark, location, since_ms, until_ms),
             since=since_ms,
             until=until_ms,
             straggler_factor=settings.straggler_factor,
+            min_samples=settings.straggler_min_runs,
+            server_gap_ms=round(settings.server_gap_s * 1000),
+            approx=approx,
         )
-    finally:
-        spark.stop()
     written = output.write_tables(result, out_dir)
-    pngs = output.charts(result, out_dir)
-    page = output.write_html(result, out_dir, pngs)
+    pngs = charts.charts(result, out_dir)
+    html = page.write_html(result, out_dir, pngs)
     took = time.monotonic() - started
     if as_json:
-        print_json({**output.summary_json(result), "html": str(page), "seconds": round(took, 2)})
+        print_json({**output.summary_json(result), "html": str(html), "seconds": round(took, 2)})
         return
     typer.echo(output.summary_text(result))
-    typer.echo(f"\n{len(written)} tables, {len(pngs)} charts and {page} written in {took:.1f} s")
+    typer.echo(f"\n{len(written)} tables, {len(pngs)} charts and {html} written in {took:.1f} s")
     sys.stdout.flush()

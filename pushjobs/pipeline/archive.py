@@ -5,7 +5,10 @@ Theory of operation. The archiver is a consumer group on the ``events`` topic (d
 becomes one Parquet file per UTC date it touches, named by the offsets it holds::
 
     OUT/date=2026-11-23/events-<first offset>-<last offset>.parquet
-    OUT/rejected/rejected-<first>-<last>.jsonl      (records that are not usable events)
+    OUT/_rejected/rejected-<first>-<last>.jsonl     (records that are not usable events)
+
+(A Parquet reader pointed at OUT skips names starting with ``_``, so the rejected records
+never disturb partition discovery; an older archive's ``rejected/`` is renamed.)
 
 Each file is written under a temporary name, fsynced, renamed into place and its
 directory fsynced; only when every file of the batch is durable is the offset after the
@@ -16,6 +19,10 @@ twice (a file from beyond ``C`` is removed before its records are written again)
 
 Records that retention removed before they were archived cannot be recovered; the
 archiver says how many, and goes on from the oldest record still there.
+
+The position lives in the log (the group's committed offset), not in OUT: a new, empty
+OUT with a group that has already archived elsewhere would silently get only the records
+after that position, so it is refused with what to do instead (another group name).
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ from typing import Any
 
 import orjson
 
-from pushjobs.errors import MissingExtra
+from pushjobs.errors import ConfigError, MissingExtra
 from pushjobs.log.base import OrderedLog
 from pushjobs.pipeline import events
 
 DEFAULT_GROUP = "pushjobs.archiver"
+REJECTED = "_rejected"
+OLD_REJECTED = "rejected"  # before the reader-safe name
 FILE_RE = re.compile(r"^(?:events|rejected)-(\d{20})-(\d{20})\.(?:parquet|jsonl)$")
 CRASH_HOOK = "PUSHJOBS_ARCHIVE_CRASH_AFTER_FILES"  # tests only: die after N files, uncommitted
 
@@ -53,6 +62,29 @@ def arrow_schema() -> Any:
     pa, _ = _pyarrow()
     types = {"int64": pa.int64(), "string": pa.string()}
     return pa.schema([(name, types[kind]) for name, kind in events.COLUMNS])
+
+
+LIVENESS = frozenset({"node_online", "node_offline"})
+JOB = frozenset({"job_created", "job_state"})
+
+
+def write_events(rows: list[dict[str, Any]], path: Path) -> None:
+    """One Parquet file of events, a row group per family: liveness, job, the rest.
+
+    A report on a recent window still needs every node's liveness events from long before
+    it, and the jobs' own events from the day before; kept apart, a reader filtering on
+    ``kind`` skips the other row groups by their dictionary instead of reading them.
+    """
+    pa, pq = _pyarrow()
+    schema = arrow_schema()
+    parts: tuple[list[dict[str, Any]], ...] = ([], [], [])
+    for row in rows:
+        kind = row["kind"]
+        parts[0 if kind in LIVENESS else 1 if kind in JOB else 2].append(row)
+    with pq.ParquetWriter(path, schema) as writer:
+        for part in parts:
+            if part:
+                writer.write_table(pa.Table.from_pylist(part, schema=schema))
 
 
 @dataclass(slots=True)
@@ -93,7 +125,17 @@ class Archiver:
         """Archive everything up to the topic's end as it is now."""
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
+        self._migrate_rejected()
         committed = self.log.committed(self.group, self.topic) or 0
+        if committed > 0 and not self._holds_archive():
+            raise ConfigError(
+                f"consumer group {self.group!r} has already archived the events topic up to "
+                f"offset {committed} elsewhere, and {self.out} holds no archive: it would get "
+                "only what came after. To archive everything into a new directory, give it a "
+                "group of its own (--group NAME or [archive] group); to go on with the old "
+                "archive, point --out at it",
+                key="archive.group",
+            )
         result = ArchiveResult(committed, committed)
         result.removed_partial = self._remove_uncommitted(committed)
         info = next((t for t in self.log.topics() if t.name == self.topic), None)
@@ -136,6 +178,18 @@ class Archiver:
 
     # --- files ----------------------------------------------------------------------------
 
+    def _holds_archive(self) -> bool:
+        return any(FILE_RE.match(p.name) for p in self.out.rglob("*") if p.is_file())
+
+    def _migrate_rejected(self) -> None:
+        old, new = self.out / OLD_REJECTED, self.out / REJECTED
+        if not old.is_dir():
+            return
+        new.mkdir(exist_ok=True)
+        for path in old.iterdir():
+            os.replace(path, new / path.name)
+        old.rmdir()
+
     def _remove_uncommitted(self, committed: int) -> int:
         """Delete temporary files and files of records at or past ``committed``."""
         removed = 0
@@ -153,15 +207,13 @@ class Archiver:
         return removed
 
     def _write_parquet(self, day: str, rows: list[dict[str, Any]]) -> None:
-        pa, pq = _pyarrow()
-        table = pa.Table.from_pylist(rows, schema=arrow_schema())
         name = f"events-{rows[0]['offset']:020d}-{rows[-1]['offset']:020d}.parquet"
-        self._durably(self.out / f"date={day}" / name, lambda tmp: pq.write_table(table, tmp))
+        self._durably(self.out / f"date={day}" / name, lambda tmp: write_events(rows, tmp))
 
     def _write_rejected(self, bad: list[dict[str, Any]]) -> None:
         name = f"rejected-{bad[0]['offset']:020d}-{bad[-1]['offset']:020d}.jsonl"
         data = b"".join(orjson.dumps(item) + b"\n" for item in bad)
-        self._durably(self.out / "rejected" / name, lambda tmp: tmp.write_bytes(data))
+        self._durably(self.out / REJECTED / name, lambda tmp: tmp.write_bytes(data))
 
     def _durably(self, path: Path, write: Callable[[Path], object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

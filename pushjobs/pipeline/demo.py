@@ -153,10 +153,8 @@ def history(
 
 def write_parquet(rows: Iterator[dict[str, Any]], out: Path, chunk: int = 500_000) -> int:
     """Write rows in the archive's layout (``date=.../events-<first>-<last>.parquet``)."""
-    from pushjobs.pipeline.archive import _pyarrow, arrow_schema
+    from pushjobs.pipeline.archive import write_events
 
-    pa, pq = _pyarrow()
-    schema = arrow_schema()
     total = 0
     buffer: list[dict[str, Any]] = []
 
@@ -168,7 +166,7 @@ def write_parquet(rows: Iterator[dict[str, Any]], out: Path, chunk: int = 500_00
             folder = out / f"date={day}"
             folder.mkdir(parents=True, exist_ok=True)
             name = f"events-{day_rows[0]['offset']:020d}-{day_rows[-1]['offset']:020d}.parquet"
-            pq.write_table(pa.Table.from_pylist(day_rows, schema=schema), folder / name)
+            write_events(day_rows, folder / name)
         buffer.clear()
 
     for row in rows:

@@ -1,23 +1,21 @@
 """What every report figure means, computed in one process: the reference. Pure.
 
 The Spark job (``spark_job.py``) computes the same tables; tests hold both to hand-computed
-answers and to each other. Times are ms since the epoch; the window is ``[since, until)``
-(default: from the first to the last usable event). Events are taken in ``(ts, offset)``
-order, whatever order they arrive in.
+answers and to each other. Times are ms since the epoch, UTC; the window is
+``[since, until)``, by default from the first usable event to just after the last one (so
+the last event counts). Events are taken in ``(ts, offset)`` order, whatever order they
+arrive in. ``events`` counts the usable events in the window; ``skipped`` the rows that
+cannot be used (no ``ts``, an unknown ``kind``, a ``node_state`` without job or node).
 
-Per node (from ``node_online`` / ``node_offline`` events):
-
-- a node's state holds from one liveness event to the next (the last one to ``until``);
-  a state set *before* ``since`` counts from ``since``; before a node's first event its
-  state is unknown and that time is left out;
-- ``availability_pct`` = online time / (online + offline time) x 100, within the window;
-- ``flaps`` = ``node_offline`` events in the window (the server records one only for a
-  node that was online); ``longest_outage_ms`` = the longest offline stretch, clipped.
+Availability, flaps, outages and server downtime: see ``liveness.py``.
 
 Per command and node (``node_state`` events in the window): ``jobs`` = distinct jobs,
-then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``.
+then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``. A
+missing or empty command is ``(unknown)``.
 
-Latencies (``node_state`` events in the window, against the job's ``job_state`` events):
+Latencies (``node_state`` events in the window, against the job's ``job_state`` events
+from the UTC day before the window's first day on: a job older than that is not matched,
+which lets a report read only the days it needs):
 
 - ``commit_to_ack``: from the job entering ``voting`` (commits sent) to a node's vote,
   ``new`` -> ``ready`` or ``nacked``;
@@ -28,13 +26,15 @@ Latencies (``node_state`` events in the window, against the job's ``job_state`` 
 Percentiles interpolate linearly between the closest ranks (position ``q * (n - 1)``
 in sorted order), as Spark's exact ``percentile`` does.
 
-A *straggler* is a node whose ``run_to_finish`` p95 for a command is more than ``factor``
-times the fleet median of ``run_to_finish`` for that same command. (Per command, because a
-fleet runs ``uptime`` in 40 ms and backups in minutes: against one fleet-wide median every
-node that ever ran a backup would look slow.) One row per (node, command) found slow.
-
-Rows that cannot be used (no ``ts``, an unknown ``kind``, a ``node_state`` without job or
-node) are counted in ``skipped`` and otherwise ignored.
+A *straggler* is a node whose median ``run_to_finish`` for a command, over at least
+``min_samples`` runs, is more than ``factor`` times the fleet median of ``run_to_finish``
+for that same command: a node that is slow run after run, not one with an unlucky tail.
+(Per command, because a fleet runs ``uptime`` in 40 ms and backups in minutes: against
+one fleet-wide median every node that ever ran a backup would look slow. The median,
+because a healthy node's p95 sits near twice the median whenever run times vary by a
+third, so a p95 rule flags healthy nodes by chance: 21 of 1900 at 1M demo events. A
+minimum, because the median of three runs is three runs.) One row per (node, command)
+found slow, with its ``runs``, its p50 and p95, and ``ratio`` (p50 / fleet median).
 """
 
 from __future__ import annotations
@@ -45,11 +45,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from pushjobs.pipeline import liveness
 from pushjobs.pipeline.events import KINDS
+from pushjobs.pipeline.liveness import OFFLINE, ONLINE
 
 OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "nacked")
 RUN_ENDS = ("succeeded", "failed", "timed_out", "crashed", "aborted")
 QUANTILES = (0.5, 0.95, 0.99)
+BOX_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)  # latency_by_command: boxes and whiskers
+FAILURES = ("failed", "timed_out", "crashed")
 METRICS = ("commit_to_ack", "run_to_finish")
 FLEET = "(fleet)"
 UNKNOWN_COMMAND = "(unknown)"
@@ -66,6 +70,11 @@ class Report:
     by_command: list[dict[str, Any]] = field(default_factory=list)
     latency: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
+    latency_by_command: list[dict[str, Any]] = field(default_factory=list)
+    downtime_by_day: list[dict[str, Any]] = field(default_factory=list)
+    outcomes_by_day: list[dict[str, Any]] = field(default_factory=list)
+    server_gaps: list[tuple[int, int]] = field(default_factory=list)
+    """Server downtime within the window, ``[start, end)`` (see ``liveness.py``)."""
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
         return {
@@ -73,7 +82,11 @@ class Report:
             "outcomes": self.outcomes,
             "outcomes_by_command": self.by_command,
             "latency": self.latency,
+            "latency_by_command": self.latency_by_command,
             "stragglers": self.stragglers,
+            "downtime_by_day": self.downtime_by_day,
+            "outcomes_by_day": self.outcomes_by_day,
+            "server_gaps": [{"start_ms": a, "end_ms": b} for a, b in self.server_gaps],
         }
 
 
@@ -113,19 +126,30 @@ class Event(NamedTuple):
     cmd: str
 
 
+DAY_MS = 86_400_000
+DEFAULT_GAP_MS = 60_000
+DEFAULT_MIN_SAMPLES = 20
+
+
+def marks_from(since: int) -> int:
+    """The earliest ``job_state`` a window's latencies use: midnight UTC the day before."""
+    return since - since % DAY_MS - DAY_MS
+
+
 def compute(
     rows: Iterable[Mapping[str, Any]],
     *,
     since: int | None = None,
     until: int | None = None,
     straggler_factor: float = 2.0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    server_gap_ms: int = DEFAULT_GAP_MS,
 ) -> Report:
     good: list[Event] = []
-    skipped = total = 0
+    skipped = 0
     names: dict[str, str] = {}
     intern = names.setdefault
     for row in rows:
-        total += 1
         if not usable(row):
             skipped += 1
             continue
@@ -144,51 +168,26 @@ def compute(
     good.sort()
     if good:
         since = good[0].ts if since is None else since
-        until = good[-1].ts if until is None else until
-    report = Report(since, until, events=total, skipped=skipped)
+        until = good[-1].ts + 1 if until is None else until
+    report = Report(since, until, skipped=skipped)
     if not good or since is None or until is None or until <= since:
         return report
-    report.availability = _availability(good, since, until)
+    report.events = sum(1 for r in good if since <= r.ts < until)
+    before = [r for r in good if r.ts < until]
+    live = [(r.ts, r.offset, r.kind, r.node) for r in before if r.kind in (ONLINE, OFFLINE)]
+    again = liveness.reannouncements(live)
+    gaps = liveness.server_gaps([r.ts for r in before], again, server_gap_ms) if again else []
+    report.server_gaps = [
+        (max(a, since), min(b, until)) for a, b in gaps if a < until and b > since
+    ]
+    report.availability, report.downtime_by_day = liveness.availability(live, since, until, gaps)
     report.outcomes, report.by_command = _outcomes(good, since, until)
+    report.outcomes_by_day = _outcomes_by_day(good, since, until)
     samples, runs = _latencies(good, since, until)
     report.latency = _latency_table(samples)
-    report.stragglers = _stragglers(runs, straggler_factor)
+    report.latency_by_command = _latency_by_command(runs, samples)
+    report.stragglers = _stragglers(runs, straggler_factor, min_samples)
     return report
-
-
-def _availability(rows: list[Event], since: int, until: int) -> list[dict[str, Any]]:
-    timeline: dict[str, list[tuple[int, bool]]] = defaultdict(list)
-    flaps: dict[str, int] = defaultdict(int)
-    for r in rows:
-        kind = r.kind
-        if kind in ("node_online", "node_offline") and r.ts < until:
-            timeline[r.node].append((r.ts, kind == "node_online"))
-            if kind == "node_offline" and r.ts >= since:
-                flaps[r.node] += 1
-    out = []
-    for node in sorted(timeline):
-        points = timeline[node]
-        online_ms = offline_ms = longest = 0
-        for i, (start, online) in enumerate(points):
-            end = points[i + 1][0] if i + 1 < len(points) else until
-            span = max(0, min(end, until) - max(start, since))
-            if online:
-                online_ms += span
-            else:
-                offline_ms += span
-                longest = max(longest, span)
-        known = online_ms + offline_ms
-        out.append(
-            {
-                "node": node,
-                "online_ms": online_ms,
-                "offline_ms": offline_ms,
-                "availability_pct": 100.0 * online_ms / known if known else None,
-                "flaps": flaps.get(node, 0),
-                "longest_outage_ms": longest,
-            }
-        )
-    return out
 
 
 def _outcomes(
@@ -230,25 +229,52 @@ def _latencies(
 ) -> tuple[dict[str, dict[str, list[int]]], dict[tuple[str, str], list[int]]]:
     voting: dict[str, int] = {}
     running: dict[str, int] = {}
+    first = marks_from(since)
     for r in rows:
-        if r.kind == "job_state" and r.ts < until:
+        if r.kind == "job_state" and first <= r.ts < until:
             state = r.state
             marks = voting if state == "voting" else running if state == "running" else None
             if marks is not None and r.job not in marks:
                 marks[r.job] = r.ts
     samples: dict[str, dict[str, list[int]]] = {m: defaultdict(list) for m in METRICS}
     runs: dict[tuple[str, str], list[int]] = defaultdict(list)  # (command, node)
+    votes: dict[str, list[int]] = defaultdict(list)  # command
     for r in rows:
         if r.kind != "node_state" or not since <= r.ts < until:
             continue
         job, state, prev, ts = r.job, r.state, r.prev, r.ts
         if prev == "new" and state in ("ready", "nacked") and job in voting:
             samples["commit_to_ack"][r.node].append(max(0, ts - voting[job]))
+            votes[r.cmd].append(max(0, ts - voting[job]))
         elif prev in ("ready", "running") and state in RUN_ENDS and job in running:
             took = max(0, ts - running[job])
             samples["run_to_finish"][r.node].append(took)
             runs[(r.cmd, r.node)].append(took)
+    samples[VOTES_BY_COMMAND] = votes
     return samples, runs
+
+
+VOTES_BY_COMMAND = "commit_to_ack by command"
+
+
+def _latency_by_command(
+    runs: dict[tuple[str, str], list[int]], samples: dict[str, dict[str, list[int]]]
+) -> list[dict[str, Any]]:
+    per_command: dict[str, list[int]] = defaultdict(list)
+    for (command, _), values in runs.items():
+        per_command[command] += values
+    out = []
+    for metric, groups in (
+        ("commit_to_ack", samples[VOTES_BY_COMMAND]),
+        ("run_to_finish", per_command),
+    ):
+        for command in sorted(groups):
+            ordered = sorted(float(v) for v in groups[command])
+            row: dict[str, Any] = {"metric": metric, "command": command, "count": len(ordered)}
+            for q in BOX_QUANTILES:
+                row[f"p{round(q * 100)}"] = percentile(ordered, q)
+            out.append(row)
+    return out
 
 
 def _latency_table(samples: dict[str, dict[str, list[int]]]) -> list[dict[str, Any]]:
@@ -267,21 +293,44 @@ def _latency_table(samples: dict[str, dict[str, list[int]]]) -> list[dict[str, A
     return out
 
 
-def _stragglers(runs: dict[tuple[str, str], list[int]], factor: float) -> list[dict[str, Any]]:
+def _stragglers(
+    runs: dict[tuple[str, str], list[int]], factor: float, min_samples: int
+) -> list[dict[str, Any]]:
     by_command: dict[str, list[float]] = defaultdict(list)
     for (command, _), values in runs.items():
         by_command[command] += [float(v) for v in values]
     medians = {c: percentile(sorted(v), 0.5) for c, v in by_command.items()}
     out = []
     for command, node in sorted(runs, key=lambda key: (key[1], key[0])):
-        p95 = percentile(sorted(float(v) for v in runs[(command, node)]), 0.95)
-        if p95 > factor * medians[command]:
+        values = runs[(command, node)]
+        if len(values) < min_samples:
+            continue
+        ordered = sorted(float(v) for v in values)
+        p50, median = percentile(ordered, 0.5), medians[command]
+        if p50 > factor * median:
             out.append(
                 {
                     "node": node,
                     "command": command,
-                    "run_p95_ms": p95,
-                    "command_median_ms": medians[command],
+                    "runs": len(values),
+                    "run_p50_ms": p50,
+                    "run_p95_ms": percentile(ordered, 0.95),
+                    "command_median_ms": median,
+                    "ratio": p50 / median if median else None,
                 }
             )
     return out
+
+
+def _outcomes_by_day(rows: list[Event], since: int, until: int) -> list[dict[str, Any]]:
+    """Per UTC day and command: node outcomes, and how many were failures."""
+    counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        if r.kind == "node_state" and since <= r.ts < until and r.state in OUTCOMES:
+            c = counts[(r.ts - r.ts % DAY_MS, r.cmd)]
+            c[0] += 1
+            c[1] += r.state in FAILURES
+    return [
+        {"day": liveness.day_name(d), "command": cmd, "outcomes": n, "failures": f}
+        for (d, cmd), (n, f) in sorted(counts.items())
+    ]

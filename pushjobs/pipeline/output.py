@@ -1,30 +1,83 @@
-"""A report's outputs: CSV and Parquet tables, PNG charts, one self-contained HTML page.
+"""A report's outputs: CSV and Parquet tables worst first, the summary, charts and page.
 
-The HTML page embeds its charts (base64) and tables, so it can be mailed or archived as
-one file. Charts need matplotlib (the ``spark`` extra); without it the tables are still
-written and the page says the charts are missing.
+Every table is written in full, ordered so that what needs attention comes first (lowest
+availability, most failures, slowest). Times are UTC throughout. Charts are in
+``charts.py``, the HTML page in ``page.py``; this module only arranges the tables.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from pushjobs.pipeline.metrics import FLEET, OUTCOMES, Report
+from pushjobs.pipeline.metrics import FAILURES, FLEET, OUTCOMES, Report
 
-HTML_ROWS = 50  # per table on the page; the CSV files have everything
+
+def pct_text(pct: float) -> str:
+    """Two decimals, three near 100: a minute down in a week is 99.990 %, not 100.00 %."""
+    return f"{pct:.3f}%" if 99.99 < pct < 100 else f"{pct:.2f}%"
+
+
+def _failure_pct(row: dict[str, Any]) -> float | None:
+    ran = sum(row[k] for k in OUTCOMES)
+    return 100.0 * sum(row[k] for k in FAILURES) / ran if ran else None
+
+
+def _last(value: float | None) -> float:
+    """A sort key that puts a missing figure after every real one."""
+    return math.inf if value is None or math.isnan(value) else value
+
+
+def presented(report: Report) -> dict[str, list[dict[str, Any]]]:
+    """The report's tables, worst first, with failure rates in % and times in UTC."""
+    t = report.tables()
+    availability = sorted(
+        t["availability"],
+        key=lambda r: (_last(r["availability_pct"]), -r["offline_ms"], r["node"]),
+    )
+    outcomes = [r | {"failure_pct": _failure_pct(r)} for r in t["outcomes"]]
+    by_command = [r | {"failure_pct": _failure_pct(r)} for r in t["outcomes_by_command"]]
+    fail_first = lambda r: (-(r["failure_pct"] or 0.0), r["command"], r.get("node", ""))  # noqa: E731
+    latency = sorted(
+        t["latency"], key=lambda r: (r["metric"], r["scope"] != FLEET, -_nan0(r["p95"]))
+    )
+    return {
+        "availability": availability,
+        "outcomes": sorted(outcomes, key=fail_first),
+        "outcomes_by_command": sorted(by_command, key=fail_first),
+        "latency": latency,
+        "latency_by_command": sorted(
+            t["latency_by_command"], key=lambda r: (r["metric"], -_nan0(r["p95"]))
+        ),
+        "stragglers": sorted(t["stragglers"], key=lambda r: -(r["ratio"] or 0.0)),
+        "downtime_by_day": sorted(
+            t["downtime_by_day"], key=lambda r: (-r["offline_ms"], r["day"], r["node"])
+        ),
+        "outcomes_by_day": [
+            r | {"failure_pct": 100.0 * r["failures"] / r["outcomes"] if r["outcomes"] else None}
+            for r in t["outcomes_by_day"]
+        ],
+        "server_gaps": [
+            {"start_utc": when(r["start_ms"]), "end_utc": when(r["end_ms"])}
+            | {"minutes": (r["end_ms"] - r["start_ms"]) / 60_000}
+            for r in t["server_gaps"]
+        ],
+    }
+
+
+def _nan0(value: float) -> float:
+    return 0.0 if math.isnan(value) else value
 
 
 def write_tables(report: Report, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, rows in report.tables().items():
+    for name, rows in presented(report).items():
         path = out / f"{name}.csv"
         with path.open("w", newline="", encoding="utf-8") as fh:
             if rows:
@@ -52,11 +105,13 @@ def summary_json(report: Report) -> dict[str, Any]:
     fleet = {r["metric"]: r for r in report.latency if r["scope"] == FLEET}
     return {
         "window_ms": [report.since, report.until],
+        "window_utc": [when(report.since), when(report.until)],
         "events": report.events,
         "skipped": report.skipped,
         "nodes": len(report.availability),
         "mean_availability_pct": sum(avail) / len(avail) if avail else None,
         "flaps": sum(r["flaps"] for r in report.availability),
+        "server_down_ms": sum(b - a for a, b in report.server_gaps),
         "jobs_by_command": {r["command"]: r["jobs"] for r in report.by_command},
         "latency_ms": {
             m: {k: r[k] for k in ("count", "p50", "p95", "p99")} for m, r in fleet.items()
@@ -68,22 +123,29 @@ def summary_json(report: Report) -> dict[str, Any]:
 def summary_text(report: Report) -> str:
     s = summary_json(report)
     lines = [
-        f"events {s['events']} ({s['skipped']} skipped as malformed), "
-        f"window {_when(report.since)} .. {_when(report.until)}",
+        f"events {s['events']} in the window ({s['skipped']} skipped as malformed), "
+        f"window {when(report.since)} .. {when(report.until)} UTC",
     ]
+    if report.server_gaps:
+        lines.append(
+            f"server down {len(report.server_gaps)} times, {s['server_down_ms'] / 60_000:.1f} "
+            "min in all (node state unknown then, left out of availability)"
+        )
     if s["nodes"]:
-        worst = sorted(
-            (r for r in report.availability if r["availability_pct"] is not None),
-            key=lambda r: r["availability_pct"],
-        )[:5]
+        worst = presented(report)["availability"][:5]
         lines.append(
             f"nodes {s['nodes']}: mean availability {s['mean_availability_pct']:.2f}%, "
             f"{s['flaps']} flaps; lowest: "
-            + ", ".join(f"{r['node']} {r['availability_pct']:.1f}%" for r in worst)
+            + ", ".join(
+                f"{r['node']} {pct_text(r['availability_pct'])}"
+                for r in worst
+                if r["availability_pct"] is not None
+            )
         )
-    for r in report.by_command:
+    for r in presented(report)["outcomes_by_command"]:
+        rate = "" if r["failure_pct"] is None else f" ({r['failure_pct']:.2f}% failed)"
         lines.append(
-            f"command {r['command']}: {r['jobs']} jobs on {r['nodes']} nodes, "
+            f"command {r['command']}: {r['jobs']} jobs on {r['nodes']} nodes{rate}, "
             + ", ".join(f"{k} {r[k]}" for k in OUTCOMES if r[k])
         )
     for metric, r in s["latency_ms"].items():
@@ -91,110 +153,18 @@ def summary_text(report: Report) -> str:
             f"{metric}: p50 {r['p50']:.0f} ms, p95 {r['p95']:.0f} ms, p99 {r['p99']:.0f} ms "
             f"({r['count']} samples)"
         )
-    stragglers = s["stragglers"]
+    slow = presented(report)["stragglers"]
     lines.append(
-        f"stragglers: {', '.join(stragglers[:10])}{' ...' if len(stragglers) > 10 else ''}"
-        if stragglers
+        "stragglers (worst first): "
+        + ", ".join(f"{r['node']} {r['command']} x{r['ratio']:.1f}" for r in slow[:10])
+        + (f" ... ({len(slow)} in all)" if len(slow) > 10 else "")
+        if slow
         else "stragglers: none"
     )
     return "\n".join(lines)
 
 
-def _when(ms: int | None) -> str:
+def when(ms: int | None) -> str:
     if ms is None:
         return "-"
-    from datetime import UTC, datetime
-
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def charts(report: Report, out: Path) -> list[Path]:
-    """PNG charts; [] when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    out.mkdir(parents=True, exist_ok=True)
-    made = []
-    rows = [r for r in report.availability if r["availability_pct"] is not None]
-    if rows:
-        rows = sorted(rows, key=lambda r: r["availability_pct"])[:40]
-        fig, ax = plt.subplots(figsize=(9, max(3, 0.22 * len(rows) + 1)))
-        ax.barh([r["node"] for r in rows], [r["availability_pct"] for r in rows], color="#3a7")
-        ax.set(xlabel="availability %", title="Availability per node (lowest 40)", xlim=(0, 100))
-        made.append(_save(fig, out / "availability.png"))
-    latency = [r for r in report.latency if r["scope"] != FLEET]
-    if latency:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, metric in zip(axes, ("commit_to_ack", "run_to_finish"), strict=True):
-            values = [r["p95"] for r in latency if r["metric"] == metric]
-            medians = [r["p50"] for r in latency if r["metric"] == metric]
-            if values:
-                ax.hist([medians, values], bins=30, label=["node p50", "node p95"])
-                ax.legend()
-            ax.set(title=f"{metric} per node", xlabel="ms", ylabel="nodes")
-        made.append(_save(fig, out / "latency.png"))
-    if report.by_command:
-        fig, ax = plt.subplots(figsize=(9, 4))
-        names = [r["command"] for r in report.by_command]
-        bottom = [0] * len(names)
-        for outcome in OUTCOMES:
-            values = [r[outcome] for r in report.by_command]
-            ax.bar(names, values, bottom=bottom, label=outcome)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-        ax.set(title="Node outcomes per command", ylabel="node runs")
-        ax.legend()
-        made.append(_save(fig, out / "outcomes.png"))
-    return made
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
-def write_html(report: Report, out: Path, pngs: list[Path]) -> Path:
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>pushjobs fleet report</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
-        "padding:2px 8px;font-size:13px}th{background:#eee}pre{background:#f6f6f6;"
-        "padding:1em}</style></head><body>",
-        "<h1>pushjobs fleet report</h1>",
-        f"<pre>{html.escape(summary_text(report))}</pre>",
-    ]
-    if not pngs:
-        parts.append("<p>(no charts: install matplotlib, part of pushjobs[spark])</p>")
-    for png in pngs:
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        parts.append(f"<p><img alt='{png.stem}' src='data:image/png;base64,{data}'></p>")
-    for name, rows in report.tables().items():
-        parts.append(f"<h2>{html.escape(name)} ({len(rows)} rows)</h2>")
-        if not rows:
-            parts.append("<p>none</p>")
-            continue
-        head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row.values()) + "</tr>"
-            for row in rows[:HTML_ROWS]
-        )
-        parts.append(f"<table><tr>{head}</tr>{body}</table>")
-        if len(rows) > HTML_ROWS:
-            parts.append(f"<p>first {HTML_ROWS} rows; all in {html.escape(name)}.csv</p>")
-    parts.append("</body></html>")
-    path = out / "report.html"
-    path.write_text("".join(parts), encoding="utf-8")
-    return path
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.2f}"
-    return "-" if value is None else str(value)

@@ -43,6 +43,11 @@ class ReportSettings:
     """Small on purpose: the default of 200 made a 1M-event report 2.4x slower here."""
     driver_memory: str = "1g"
     straggler_factor: float = 2.0
+    straggler_min_runs: int = 20
+    """A node is judged slow at a command only from at least this many runs of it."""
+    server_gap_s: float = 60.0
+    """Silence longer than this, ended by a server announcing nodes again, is server
+    downtime: unknown, not node uptime (see pushjobs/pipeline/liveness.py)."""
     spark: dict[str, str] = field(default_factory=dict)
     """Any other Spark setting, passed as is."""
 
@@ -51,6 +56,10 @@ class ReportSettings:
             yield "shuffle_partitions", "must be at least 1"
         if self.straggler_factor <= 0:
             yield "straggler_factor", "must be greater than 0"
+        if self.straggler_min_runs < 1:
+            yield "straggler_min_runs", "must be at least 1"
+        if self.server_gap_s <= 0:
+            yield "server_gap_s", "must be greater than 0"
         if not self.master.strip():
             yield "master", "must name a Spark master, e.g. local[2] or spark://host:7077"
 

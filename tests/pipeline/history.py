@@ -94,15 +94,19 @@ MALFORMED: list[dict[str, Any]] = [
     {**_ev("node_online", 0, node="a"), "ts": None, "offset": 102},  # no time
 ]
 
+# In the window: 32 usable events (the 37 less a's and b's first, d's, and J0's two).
+IN_WINDOW = 32
+
+# unknown_ms: the window is 100k long; c is unknown until its first event at 70k.
 AVAILABILITY = [
-    {"node": "a", "online_ms": 90_000, "offline_ms": 10_000, "availability_pct": 90.0,
-     "flaps": 1, "longest_outage_ms": 10_000},
-    {"node": "b", "online_ms": 60_000, "offline_ms": 40_000, "availability_pct": 60.0,
-     "flaps": 2, "longest_outage_ms": 30_000},
-    {"node": "c", "online_ms": 40_000, "offline_ms": 0, "availability_pct": 100.0,
-     "flaps": 0, "longest_outage_ms": 0},
-    {"node": "d", "online_ms": 0, "offline_ms": 100_000, "availability_pct": 0.0,
-     "flaps": 0, "longest_outage_ms": 100_000},
+    {"node": "a", "online_ms": 90_000, "offline_ms": 10_000, "unknown_ms": 0,
+     "availability_pct": 90.0, "flaps": 1, "longest_outage_ms": 10_000},
+    {"node": "b", "online_ms": 60_000, "offline_ms": 40_000, "unknown_ms": 0,
+     "availability_pct": 60.0, "flaps": 2, "longest_outage_ms": 30_000},
+    {"node": "c", "online_ms": 40_000, "offline_ms": 0, "unknown_ms": 60_000,
+     "availability_pct": 100.0, "flaps": 0, "longest_outage_ms": 0},
+    {"node": "d", "online_ms": 0, "offline_ms": 100_000, "unknown_ms": 0,
+     "availability_pct": 0.0, "flaps": 0, "longest_outage_ms": 100_000},
 ]  # fmt: skip
 
 _Z = {"succeeded": 0, "failed": 0, "timed_out": 0, "crashed": 0, "nacked": 0}
@@ -144,10 +148,104 @@ LATENCY = [
     _lat("run_to_finish", "c", 2, 5250.0, 9525.0, 9905.0),
 ]
 
-# Stragglers, per command (factor 2):
+# Stragglers, per command (factor 2, at least one run): a node's median against the fleet's
 #   uptime runs [a 1000, a 500, b 3000, c 10000] -> median 2000 (pos 1.5), threshold 4000;
-#     p95: a [500,1000] -> 975, b 3000, c 10000 -> c only
-#   deploy runs [a 1000, c 500] -> median 750, threshold 1500; p95 a 1000, c 500 -> none
+#     node medians: a [500,1000] -> 750, b 3000, c 10000 -> c only, from 1 run, ratio 5
+#   deploy runs [a 1000, c 500] -> median 750, threshold 1500; a 1000, c 500 -> none
+# With at least two runs, c is not judged at all.
 STRAGGLERS = [
-    {"node": "c", "command": "uptime", "run_p95_ms": 10000.0, "command_median_ms": 2000.0},
+    {"node": "c", "command": "uptime", "runs": 1, "run_p50_ms": 10000.0, "run_p95_ms": 10000.0,
+     "command_median_ms": 2000.0, "ratio": 5.0},
+]  # fmt: skip
+
+# Downtime by UTC day (all of it on 1970-01-01): a 10k, b 40k, d 100k.
+DOWNTIME_BY_DAY = [
+    {"node": "a", "day": "1970-01-01", "offline_ms": 10_000},
+    {"node": "b", "day": "1970-01-01", "offline_ms": 40_000},
+    {"node": "d", "day": "1970-01-01", "offline_ms": 100_000},
 ]
+# Node outcomes by day and command: deploy succeeded + crashed; uptime succeeded x2,
+#   failed, timed_out, nacked (failures: failed, timed_out, crashed).
+OUTCOMES_BY_DAY = [
+    {"day": "1970-01-01", "command": "deploy", "outcomes": 2, "failures": 1},
+    {"day": "1970-01-01", "command": "uptime", "outcomes": 5, "failures": 2},
+]
+
+
+# --- a second history: a server outage, a repeated node_offline, empty commands, and a
+# last event that must count. Default window: [0, 100_001). Server gap rule at 10_000 ms.
+GAP_MS = 10_000
+SERVER_DOWN: list[dict[str, Any]] = [
+    _live("n1", 0, True),
+    _live("n2", 0, True),
+    _live("n2", 5_000, False),
+    _job("K1", 20_000, "voting", ""),
+    _node("K1", "n1", 20_050, "new", "ready", ""),
+    _job("K1", 20_100, "running", ""),
+    _node("K1", "n1", 20_110, "ready", "running", ""),
+    _node("K1", "n1", 21_000, "running", "succeeded", ""),
+    # silence 21_000 .. 60_000, then n1 announced again although the log had it online:
+    # a server started afresh. Gaps longer than 10k: 5k..20k (15k, but no re-announcement
+    # within 10k of 20k: a quiet fleet, not a server outage) and 21k..60k (server gap).
+    _live("n1", 60_000, True),
+    _live("n2", 61_000, False),  # a repeat: the outage that began at 5k goes on
+    _live("n2", 70_000, True),
+    _live("n3", 80_000, True),  # a first announcement, not a re-announcement
+    _live("n1", 90_000, False),
+    _job("K2", 99_000, "voting", ""),
+    _node("K2", "n3", 99_500, "new", "ready", ""),
+    _job("K2", 99_600, "running", ""),
+    _node("K2", "n3", 100_000, "ready", "succeeded", ""),  # the last event
+]
+for i, row in enumerate(SERVER_DOWN):
+    row["offset"] = i
+
+SERVER_GAPS = [(21_000, 60_000)]
+# n1: online [0,90k) less the 39k gap = 51_000; offline [90k,100_001) = 10_001; 1 flap
+# n2: online [0,5k) + [70k,100_001) = 35_001; offline [5k,61k) less 39k = 17_000, plus
+#     [61k,70k) = 9_000 -> 26_000, one stretch (longest 26_000), one flap
+# n3: online [80k,100_001) = 20_001, unknown before
+SERVER_DOWN_AVAILABILITY = [
+    {"node": "n1", "online_ms": 51_000, "offline_ms": 10_001, "unknown_ms": 39_000,
+     "availability_pct": 100 * 51_000 / 61_001, "flaps": 1, "longest_outage_ms": 10_001},
+    {"node": "n2", "online_ms": 35_001, "offline_ms": 26_000, "unknown_ms": 39_000,
+     "availability_pct": 100 * 35_001 / 61_001, "flaps": 1, "longest_outage_ms": 26_000},
+    {"node": "n3", "online_ms": 20_001, "offline_ms": 0, "unknown_ms": 80_000,
+     "availability_pct": 100.0, "flaps": 0, "longest_outage_ms": 0},
+]  # fmt: skip
+_UNKNOWN = "(unknown)"
+SERVER_DOWN_OUTCOMES = [
+    {"command": _UNKNOWN, "node": "n1", "jobs": 1, **_Z, "succeeded": 1},
+    {"command": _UNKNOWN, "node": "n3", "jobs": 1, **_Z, "succeeded": 1},  # the last event
+]
+SERVER_DOWN_BY_COMMAND = [{"command": _UNKNOWN, "jobs": 2, "nodes": 2, **_Z, "succeeded": 2}]
+# votes [50 (n1), 500 (n3)], runs [900 (n1), 400 (n3)]; at q: lo + q * (hi - lo)
+SERVER_DOWN_LATENCY_BY_COMMAND = [
+    {"metric": "commit_to_ack", "command": _UNKNOWN, "count": 2, "p5": 72.5, "p25": 162.5,
+     "p50": 275.0, "p75": 387.5, "p95": 477.5, "p99": 495.5},
+    {"metric": "run_to_finish", "command": _UNKNOWN, "count": 2, "p5": 425.0, "p25": 525.0,
+     "p50": 650.0, "p75": 775.0, "p95": 875.0, "p99": 895.0},
+]  # fmt: skip
+
+
+def healthy_tail() -> list[dict[str, Any]]:
+    """Command ``k`` run 20 times on nodes x and y. y takes 100 ms each time; x too, but
+    for two runs of 300 ms. Fleet median 100. x: median 100, p95 at position 18.05 of
+    [100 x18, 300, 300] = 300, three times the fleet median: a tail, not a straggler.
+    Node z runs 20 times in 250 ms: median 250 > 2 x 100 (fleet median of 60 runs: still
+    100), so z is one, ratio 2.5."""
+    rows = []
+    for i in range(20):
+        job, t0 = f"T{i}", i * 10_000
+        rows.append(_job(job, t0, "running", "k"))
+        for node, took in (("x", 300 if i in (3, 11) else 100), ("y", 100), ("z", 250)):
+            rows.append(_node(job, node, t0 + took, "running", "succeeded", "k"))
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    return rows
+
+
+HEALTHY_TAIL_STRAGGLERS = [
+    {"node": "z", "command": "k", "runs": 20, "run_p50_ms": 250.0, "run_p95_ms": 250.0,
+     "command_median_ms": 100.0, "ratio": 2.5},
+]  # fmt: skip

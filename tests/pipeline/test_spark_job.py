@@ -1,4 +1,4 @@
-"""The Spark job against the same hand-computed history, in a real local session."""
+"""The Spark job against the same hand-computed histories, in a real local session."""
 
 from __future__ import annotations
 
@@ -24,28 +24,32 @@ def frame(spark, rows):
 @pytest.fixture(scope="module")
 def report(spark):
     df = frame(spark, h.EVENTS + h.MALFORMED)
-    return spark_job.compute(df, since=h.SINCE, until=h.UNTIL)
+    return spark_job.compute(df, since=h.SINCE, until=h.UNTIL, min_samples=1)
 
 
 def test_counts_and_skipped(report):
-    assert (report.events, report.skipped) == (len(h.EVENTS) + 3, 3)
+    assert (report.events, report.skipped) == (h.IN_WINDOW, 3)
 
 
 def test_availability(report):
     assert report.availability == h.AVAILABILITY
+    assert report.downtime_by_day == h.DOWNTIME_BY_DAY
 
 
 def test_outcomes(report):
     assert report.outcomes == h.OUTCOMES
     assert report.by_command == h.BY_COMMAND
+    assert report.outcomes_by_day == h.OUTCOMES_BY_DAY
 
 
 def test_latency(report):
     same_latency(report.latency, h.LATENCY)
 
 
-def test_stragglers(report):
+def test_stragglers(report, spark):
     assert report.stragglers == h.STRAGGLERS
+    df = frame(spark, h.EVENTS)
+    assert spark_job.compute(df, since=h.SINCE, until=h.UNTIL).stragglers == []  # 1 run < 20
 
 
 def test_empty_input(spark):
@@ -53,6 +57,43 @@ def test_empty_input(spark):
     assert (report.events, report.skipped, report.availability, report.latency) == (0, 0, [], [])
 
 
-def test_default_window_is_the_span_of_the_events(spark):
-    report = spark_job.compute(frame(spark, h.EVENTS))
-    assert (report.since, report.until) == (0, 96_200)
+@pytest.fixture(scope="module")
+def server_down(spark):
+    return spark_job.compute(frame(spark, h.SERVER_DOWN), server_gap_ms=h.GAP_MS)
+
+
+def test_default_window_includes_the_last_event(server_down):
+    assert (server_down.since, server_down.until) == (0, 100_001)
+    assert server_down.events == len(h.SERVER_DOWN)
+    assert server_down.outcomes == h.SERVER_DOWN_OUTCOMES
+
+
+def test_empty_command_is_unknown(server_down):
+    assert server_down.by_command == h.SERVER_DOWN_BY_COMMAND
+    assert server_down.latency_by_command == h.SERVER_DOWN_LATENCY_BY_COMMAND
+
+
+def test_server_downtime_is_unknown_and_an_outage_is_one_stretch(server_down):
+    assert server_down.server_gaps == h.SERVER_GAPS
+    assert server_down.availability == h.SERVER_DOWN_AVAILABILITY
+
+
+def test_approx_percentiles_stay_within_half_a_percent(spark):
+    def job(ran_ms):
+        return [
+            {"kind": "job_state", "ts": 0, "job_id": "J", "state": "running", "offset": 0},
+            {"kind": "node_state", "ts": ran_ms, "job_id": "J", "node": "a", "offset": 1}
+            | {"prev_state": "running", "state": "succeeded", "command": "c"},
+        ]
+
+    # 12_345 ms rounds to 12_300 (three significant digits): 0.36 % off
+    approx = spark_job.compute(frame(spark, job(12_345)), approx=True, min_samples=1)
+    assert [r["p50"] for r in approx.latency] == [12_300.0, 12_300.0]
+    # the hand-made history has no value beyond three digits: approx is exact there
+    same = spark_job.compute(frame(spark, h.EVENTS), since=h.SINCE, until=h.UNTIL, approx=True)
+    same_latency(same.latency, h.LATENCY)
+
+
+def test_a_slow_tail_is_not_a_straggler_a_slow_node_is(spark):
+    report = spark_job.compute(frame(spark, h.healthy_tail()))
+    assert report.stragglers == h.HEALTHY_TAIL_STRAGGLERS
