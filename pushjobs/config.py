@@ -84,6 +84,13 @@ def load_config(
     return _build(cls, raw, where, prefix="")
 
 
+def load_table(cls: type[T], path: str | os.PathLike[str], table: str) -> T:
+    """Build ``cls`` from one table of the TOML file at ``path`` (the others are ignored):
+    a tool reading the part of a daemon's config that concerns it."""
+    raw = read_toml(Path(path)).get(table, {})
+    return _build(cls, raw, str(path), prefix=f"{table}.")
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:

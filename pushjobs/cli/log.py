@@ -2,13 +2,18 @@
 
 These commands open the log directly (the sqlite file, or a Kafka cluster), not through
 the server: they work while the server is down, which is when an operator needs them.
+Which log: ``--log``/``--backend`` when given, else ``$PUSHJOBS_LOG``, else the ``[log]`` of
+the server's own config (``/etc/pushjobs/server.toml``, moved by ``$PUSHJOBS_CONFIG_DIR``)
+when it exists, else ``$PUSHJOBS_HOME/log.db``: on the server's host, the server's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +21,9 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from pushjobs import paths
 from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.config import load_table
 from pushjobs.log import topics as std
 from pushjobs.log.base import GroupInfo, ListsGroups, OrderedLog, Record, TopicInfo
 from pushjobs.log.factory import LogSettings, open_log
@@ -30,11 +37,14 @@ LogOpt = Annotated[
     Path | None,
     typer.Option(
         "--log",
-        help="The sqlite log file (default: $PUSHJOBS_LOG, else $PUSHJOBS_HOME/log.db).",
+        help="The sqlite log file (default: $PUSHJOBS_LOG, else the [log] of "
+        "/etc/pushjobs/server.toml when it exists, else $PUSHJOBS_HOME/log.db).",
         show_default=False,
     ),
 ]
-BackendOpt = Annotated[str, typer.Option("--backend", help="sqlite or kafka.")]
+BackendOpt = Annotated[
+    str | None, typer.Option("--backend", help="sqlite or kafka (default: sqlite).")
+]
 BootstrapOpt = Annotated[
     str, typer.Option("--bootstrap", help="Kafka bootstrap servers (with --backend kafka).")
 ]
@@ -44,11 +54,20 @@ TOPIC_COLUMNS = ("topic", "policy", "records", "bytes", "start", "end")
 READ_CHUNK = 1000
 
 
-@contextlib.contextmanager
-def _opened(log: Path | None, backend: str, bootstrap: str) -> Iterator[OrderedLog]:
+def _settings(log: Path | None, backend: str | None, bootstrap: str) -> LogSettings:
     # create=False: inspecting a mistyped path must say so, not create an empty log there.
-    settings = LogSettings(backend=backend, path=log, bootstrap_servers=bootstrap, create=False)
-    handle = open_log(settings)
+    if log is None and backend is None and not os.environ.get("PUSHJOBS_LOG"):
+        server_config = paths.default_config("server.toml")
+        if server_config is not None:
+            return replace(load_table(LogSettings, server_config, "log"), create=False)
+    return LogSettings(
+        backend=backend or "sqlite", path=log, bootstrap_servers=bootstrap, create=False
+    )
+
+
+@contextlib.contextmanager
+def _opened(log: Path | None, backend: str | None, bootstrap: str) -> Iterator[OrderedLog]:
+    handle = open_log(_settings(log, backend, bootstrap))
     try:
         yield handle
     finally:
@@ -117,7 +136,7 @@ def _resolve(handle: OrderedLog, topic: str) -> str:
 @handle_errors
 def list_topics(
     log: LogOpt = None,
-    backend: BackendOpt = "sqlite",
+    backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
     as_json: JsonOpt = False,
 ) -> None:
@@ -159,7 +178,7 @@ def tail(
         float, typer.Option("--interval", min=0.01, help="Seconds between polls with --follow.")
     ] = 0.5,
     log: LogOpt = None,
-    backend: BackendOpt = "sqlite",
+    backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
     as_json: JsonOpt = False,
 ) -> None:
@@ -224,7 +243,7 @@ def compact(
         list[str] | None, typer.Argument(help="Topics to compact (default: all).")
     ] = None,
     log: LogOpt = None,
-    backend: BackendOpt = "sqlite",
+    backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
     as_json: JsonOpt = False,
 ) -> None:
@@ -265,7 +284,7 @@ def stats(
         typer.Option("--group", help="Report this consumer group (repeatable; needed on Kafka)."),
     ] = None,
     log: LogOpt = None,
-    backend: BackendOpt = "sqlite",
+    backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
     as_json: JsonOpt = False,
 ) -> None:

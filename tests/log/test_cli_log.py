@@ -21,6 +21,7 @@ runner = CliRunner()
 def path(tmp_path, monkeypatch):
     monkeypatch.delenv("PUSHJOBS_LOG", raising=False)
     monkeypatch.setenv("PUSHJOBS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PUSHJOBS_CONFIG_DIR", str(tmp_path / "no-etc"))  # no server here
     path = tmp_path / "log.db"
     log = SqliteLog(path)
     try:
@@ -179,3 +180,20 @@ def test_tail_follow_prints_new_records_until_interrupted(path, children):
     assert json.loads(tail.next_line())["value"] == {"kind": "node_online"}
     os.kill(tail.pid, signal.SIGINT)
     assert tail.proc.wait(timeout=10) == 0
+
+
+def test_on_the_servers_host_the_default_is_the_servers_log(path, tmp_path, monkeypatch):
+    # The README's layout: the log named in the server's config, not under $PUSHJOBS_HOME.
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "server.toml").write_text(
+        f'[server]\nname = "server"\n[log]\nbackend = "sqlite"\npath = "{path}"\n'
+    )
+    monkeypatch.setenv("PUSHJOBS_CONFIG_DIR", str(etc))
+    result = invoke("topics", "--json")
+    assert result.exit_code == 0, result.output
+    assert "pushjobs.events" in {row["topic"] for row in json.loads(result.stdout)}
+    # An explicit --log still wins, and without the server's config the default is home's.
+    assert invoke("topics", "--log", tmp_path / "nope.db").exit_code != 0
+    monkeypatch.setenv("PUSHJOBS_CONFIG_DIR", str(tmp_path / "empty"))
+    assert invoke("topics").exit_code != 0  # $PUSHJOBS_HOME/log.db does not exist
