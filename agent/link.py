@@ -27,7 +27,14 @@ class ServerLink:
         if old is None or old.heartbeat_endpoint != cfg.heartbeat_endpoint:
             if self.sub is not None:
                 self.transport.close_socket(self.sub)
-            self.sub = self.transport.socket("sub", connect=cfg.heartbeat_endpoint, hwm=100)
+            # The server admits only accepted node keys to its heartbeats, as to replies.
+            self.sub = self.transport.socket(
+                "sub",
+                connect=cfg.heartbeat_endpoint,
+                hwm=100,
+                curve_client=self.curve,
+                server_public=self.server_curve,
+            )
         if old is None or old.reply_endpoint != cfg.reply_endpoint:
             if self.push is not None:
                 self.transport.close_socket(self.push)

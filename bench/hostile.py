@@ -6,7 +6,8 @@ input as fast as it can for a window (default 10 s):
 
     garbage-api      random frames to the API socket, from a stranger's CurveZMQ key
     garbage-reply    random frames to the reply socket, with an accepted node's key
-    subscriptions    small subscriptions to the heartbeat socket, from 20 XSUBs
+    subscriptions    small subscriptions to the heartbeat socket, from 20 strangers' XSUBs
+    subscriptions-node  the same with an accepted node's key (an insider)
     enrolment        self-signed config requests from fresh identities
     impostors        config requests under a real node's name with fresh keys
     watches          job.watch requests from a reader, many client processes
@@ -46,7 +47,15 @@ from pushjobs.states import TERMINAL_JOB_STATES
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
-KINDS = ("garbage-api", "garbage-reply", "subscriptions", "enrolment", "impostors", "watches")
+KINDS = (
+    "garbage-api",
+    "garbage-reply",
+    "subscriptions",
+    "subscriptions-node",
+    "enrolment",
+    "impostors",
+    "watches",
+)
 
 
 def cpu_s(pid: int) -> float:
@@ -77,12 +86,15 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
     sent = 0
     end = time.monotonic() + seconds
     try:
-        if kind == "subscriptions":
+        if kind.startswith("subscriptions"):
+            node = files.load_private(keys / "node-1.key")
             socks = []
             for _ in range(20):
                 sock = context.socket(zmq.XSUB)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.SNDHWM, 0)
+                if kind == "subscriptions-node":
+                    _curve(sock, node.curve_secret, node.public.curve_public, server)
                 sock.connect(endpoints["heartbeat"])
                 socks.append(sock)
             while time.monotonic() < end:

@@ -1,18 +1,26 @@
 """The server's sockets (DESIGN section 3) and its pool of per-endpoint command sockets.
 
     API        ROUTER, bound, CurveZMQ server (any client key: the registry decides)
-    heartbeat  XPUB, bound, signed not encrypted; only the empty subscription is applied
+    heartbeat  XPUB, bound, signed, CurveZMQ server admitting accepted node keys only (ZAP);
+               only the empty subscription is applied
     replies    PULL, bound, CurveZMQ server admitting accepted node keys only (ZAP)
     commands   PUSH per distinct (endpoint, node curve key), connect, CurveZMQ client
 
 A command socket is created on first use and kept; sends never block (NOBLOCK): a full
 queue means the node is not reading, and the job's deadlines deal with it.
 
-Anyone may connect to the heartbeat socket (it carries nothing secret), so a plain PUB
-would keep every subscription a stranger sends, for as long as the server runs. The XPUB
-in manual mode hands subscriptions to the loop instead (``subscriptions``): the empty
-one, all an agent sends, is applied; anything else is counted and dropped, and a frame
-longer than a subscription gets its sender disconnected by libzmq.
+The heartbeat socket carries nothing secret, but a socket anyone may connect to is one
+anyone may flood: a plain PUB keeps every subscription a stranger sends for as long as the
+server runs, and even subscriptions that are read and dropped cost the loop its time (a
+flood of 200,000 a second from one host kept it busy for tens of seconds, and every node
+looked silent). So only accepted node keys get through its CurveZMQ handshake, as on the
+reply socket; and the XPUB in manual mode hands subscriptions to the loop
+(``subscriptions``): the empty one, all an agent sends, is applied; anything else is
+counted and dropped, and a frame longer than a subscription gets its sender disconnected
+by libzmq. Known limit: libzmq queues what it read from subscribers ahead of the loop
+without a bound, so an insider (an accepted node key) sending small subscriptions faster
+than the loop reads them grows server memory while it keeps on (``bench/hostile.py``,
+``subscriptions-node``); ``subscription_backlog`` counts the turns that could not empty it.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 COMMAND_HWM = 100_000  # one endpoint may serve many nodes (a simulator, a multi-agent host)
 REPLY_HWM = 100_000
 API_HWM = 10_000
-SUBSCRIPTION_MAX_BYTES = 64  # an agent sends one byte; a stranger gets disconnected
+# An agent sends a one-byte subscription; the CurveZMQ handshake's commands (HELLO 200
+# bytes, INITIATE with its metadata a few hundred) pass through the same limit.
+SUBSCRIPTION_MAX_BYTES = 1024
 SUBSCRIPTIONS_PER_TURN = 10_000
 
 
@@ -65,10 +75,8 @@ class Channels:
             "router", bind=api_bind, hwm=API_HWM, curve_server=curve, allowed_clients=_any
         )
         self.api.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.heartbeat = transport.socket(
-            "xpub", bind=heartbeat_bind, hwm=16, max_message_bytes=SUBSCRIPTION_MAX_BYTES
-        )
-        self.heartbeat.setsockopt(zmq.XPUB_MANUAL, 1)
+        self._node_allowed = node_allowed
+        self.heartbeat = self._heartbeat_socket(heartbeat_bind)
         self.replies = transport.socket(
             "pull",
             bind=reply_bind,
@@ -78,6 +86,18 @@ class Channels:
         )
         self._commands: dict[tuple[str, str], zmq.Socket[bytes]] = {}
         self.command_drops = 0
+
+    def _heartbeat_socket(self, bind: str) -> zmq.Socket[bytes]:
+        sock = self.transport.socket(
+            "xpub",
+            bind=bind,
+            hwm=16,
+            max_message_bytes=SUBSCRIPTION_MAX_BYTES,
+            curve_server=self.curve,
+            allowed_clients=self._node_allowed,
+        )
+        sock.setsockopt(zmq.XPUB_MANUAL, 1)
+        return sock
 
     def endpoints(self) -> dict[str, str]:
         return {
@@ -136,6 +156,7 @@ class Channels:
                 self.heartbeat.setsockopt(zmq.UNSUBSCRIBE, b"")
             else:
                 self.drops["subscription"] += 1
+        self.drops["subscription_backlog"] += 1  # more than a turn's worth waits
 
     def reply(self, identity: bytes, frames: list[bytes]) -> None:
         # A client that is gone times out on its side.

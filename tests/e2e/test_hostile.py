@@ -98,8 +98,12 @@ def test_garbage_floods_on_every_server_socket(fleet: Fleet) -> None:
             server_public=_server_public(fleet),
             hwm=100_000,
         )
+        node = fleet.sandbox.identities["node-1"]
         sub = zmq.Context.instance().socket(zmq.XSUB)
         sub.setsockopt(zmq.LINGER, 0)
+        sub.curve_secretkey = node.curve_secret.encode()  # an insider: strangers are refused
+        sub.curve_publickey = node.public.curve_public.encode()
+        sub.curve_serverkey = _server_public(fleet).encode()
         sub.connect(fleet.sandbox.heartbeat)
         try:
             for n in range(20_000):
@@ -228,17 +232,23 @@ def test_replays_and_forged_signatures_are_dropped_and_answered_once(fleet: Flee
 
 def test_subscription_spam_does_not_grow_the_server(fleet: Fleet) -> None:
     watch = Watchdog(fleet)
+    node = fleet.sandbox.identities["node-1"]
     context = zmq.Context()
     try:
         socks = []
-        for _ in range(20):
+        for n in range(20):
             sock = context.socket(zmq.XSUB)
             sock.setsockopt(zmq.LINGER, 0)
+            if n % 2:  # an insider with an accepted node's key; the others are strangers
+                sock.curve_secretkey = node.curve_secret.encode()
+                sock.curve_publickey = node.public.curve_public.encode()
+                sock.curve_serverkey = _server_public(fleet).encode()
             sock.connect(fleet.sandbox.heartbeat)
             socks.append(sock)
         for n in range(6_000):
-            # 1 KB subscriptions get their sender disconnected; small ones are dropped.
-            socks[n % 20].send(b"\x01" + os.urandom(1024 if n % 2 else 30))
+            # Strangers never pass the handshake; the insider's 2 KB subscriptions get it
+            # disconnected, its small ones are read, counted and dropped.
+            socks[n % 20].send(b"\x01" + os.urandom(2048 if n % 4 == 1 else 30))
         wait_until(lambda: watch.drops("api") > 0, 10)
         for sock in socks:
             sock.close()

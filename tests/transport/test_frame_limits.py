@@ -13,7 +13,12 @@ import pytest
 import zmq
 
 from pushjobs.errors import TransportError
-from pushjobs.transport.sockets import DEFAULT_MAX_MESSAGE_BYTES, Transport, bound_endpoint
+from pushjobs.transport.sockets import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    CurveKeys,
+    Transport,
+    bound_endpoint,
+)
 from server.channels import Channels
 from tests.support import curve_keys, wait_until
 
@@ -59,29 +64,37 @@ def test_a_limit_must_be_positive():
         Transport(max_message_bytes=0)
 
 
-def _channels(transport: Transport, drops: Counter[str]) -> Channels:
+def _channels(transport: Transport, drops: Counter[str], server: CurveKeys, node: str) -> Channels:
     return Channels(
         transport,
-        curve_keys(),
+        server,
         api_bind=ANY_PORT,
         heartbeat_bind=ANY_PORT,
         reply_bind=ANY_PORT,
-        node_allowed=lambda key: True,
+        node_allowed=lambda key: key == node,
         drops=drops,
     )
 
 
-def test_the_heartbeat_socket_applies_only_the_empty_subscription():
+def test_the_heartbeat_socket_admits_node_keys_and_applies_only_the_empty_subscription():
     drops: Counter[str] = Counter()
+    server, node, stranger = curve_keys(), curve_keys(), curve_keys()
     hostile = zmq.Context()
+    spam = hostile.socket(zmq.XSUB)
+    spam.setsockopt(zmq.LINGER, 0)
     try:
-        with Transport() as server, Transport() as client:
-            channels = _channels(server, drops)
+        with Transport() as server_side, Transport() as client:
+            channels = _channels(server_side, drops, server, node.public)
             endpoint = channels.endpoints()["heartbeat"]
-            agent = client.socket("sub", connect=endpoint)  # subscribes to b""
-            picky = client.socket("sub", connect=endpoint, subscribe=b"PJ1")
-            spam = hostile.socket(zmq.XSUB)
-            spam.setsockopt(zmq.LINGER, 0)
+            keys = {"curve_client": node, "server_public": server.public}
+            agent = client.socket("sub", connect=endpoint, **keys)  # subscribes to b""
+            picky = client.socket("sub", connect=endpoint, subscribe=b"PJ1", **keys)
+            outsider = client.socket(
+                "sub", connect=endpoint, curve_client=stranger, server_public=server.public
+            )
+            spam.curve_secretkey = node.secret.encode()
+            spam.curve_publickey = node.public.encode()
+            spam.curve_serverkey = server.public.encode()
             spam.connect(endpoint)
             for n in range(50):
                 spam.send(b"\x01" + n.to_bytes(4, "big") * 8)
@@ -93,14 +106,15 @@ def test_the_heartbeat_socket_applies_only_the_empty_subscription():
 
             wait_until(delivered, timeout_s=10)
             assert agent.recv_multipart() == [b"beat"]
-            # The picky subscription was never applied: nothing reaches that subscriber.
+            # The picky subscription was never applied; the stranger never got in.
             assert picky.poll(200) == 0
+            assert outsider.poll(200) == 0
 
             def counted() -> bool:
                 channels.subscriptions()
                 return drops["subscription"] >= 51
 
             wait_until(counted, timeout_s=10)
-            spam.close()
     finally:
+        spam.close()
         hostile.term()
