@@ -37,6 +37,10 @@ from server.responder import Responder
 from server.watches import Watches
 
 API_WINDOWS = 100_000  # client processes whose replay windows are remembered
+# Config requests come from anyone with a fresh key and a fresh incarnation each: their
+# windows are kept apart and fewer, so a stranger's flood cannot fill the API's (each
+# window costs about a kilobyte: 100,000 of them were 200 MB).
+CONFIG_WINDOWS = 10_000
 
 
 class ApiFront:
@@ -58,6 +62,8 @@ class ApiFront:
         self.limits = limits
         self.replay = ReplayWindow(max_skew_s)
         self.clients: deque[str] = deque()
+        self.config_replay = ReplayWindow(max_skew_s)
+        self.config_clients: deque[str] = deque()
         self.drops = drops  # shared with server.info
         self.responder = responder
         self.handlers = handlers
@@ -99,12 +105,16 @@ class ApiFront:
         ``API_WINDOWS``; a replay older than that is still refused by the timestamp skew.
         """
         key = f"{message.sender}/{message.incarnation}"
-        first = self.replay.current(key) is None
-        self.replay.check(key, message.incarnation, message.sequence, message.timestamp, now_ms)
+        if isinstance(message, ConfigRequest):
+            window, clients, cap = self.config_replay, self.config_clients, CONFIG_WINDOWS
+        else:
+            window, clients, cap = self.replay, self.clients, API_WINDOWS
+        first = window.current(key) is None
+        window.check(key, message.incarnation, message.sequence, message.timestamp, now_ms)
         if first:
-            self.clients.append(key)
-            if len(self.clients) > API_WINDOWS:
-                self.replay.forget(self.clients.popleft())
+            clients.append(key)
+            if len(clients) > cap:
+                window.forget(clients.popleft())
 
     def _refuse_unknown(self, identity: bytes, body: list[bytes], now_ms: int) -> None:
         """Tell a user whose key the server does not know, instead of letting them time out.
