@@ -10,6 +10,9 @@ The socket's monitor (``pushjobs.transport.handshake``) tells a server that refu
 CurveZMQ handshake (``agent.server_key`` is not its key) from one that does not answer:
 the attempt ends at the second failed handshake with the ``Refusal``, not at its timeout.
 
+A server that stands by answers ``not_leader`` and names the leader's API endpoint
+(``ConfigReply.leader``); ``agent.rediscovery`` has it asked next.
+
 Between attempts the daemon waits as tenacity's random exponential backoff says
 (``backoff_s``), trying every configured server in turn; ``agent.rediscovery`` decides
 when. Killed mid-attempt, nothing is lost: the socket dies with the process, and the
@@ -61,11 +64,8 @@ class Discovery:
         self.identity = identity
         self.server = server
         self.outbox = outbox
-        self.inbox = Inbox(
-            trust_server(server, "config reply signed by an unknown key {!r}"),
-            max_skew_s,
-            REPLY_LIMITS,
-        )
+        self.resolve = trust_server(server, "config reply signed by an unknown key {!r}")
+        self.max_skew_s = max_skew_s
 
     def attempt(
         self,
@@ -78,6 +78,11 @@ class Discovery:
         """The server's answer; the refused handshake; or None if no answer came in time
         (or it did not verify)."""
         public = self.identity.public
+        # A replay window per attempt: the servers of one installation share a name, each
+        # process its own incarnation, and an agent may ask one, then another, then the
+        # first again; one window would take the third answer for a retired incarnation's.
+        # A fresh DEALER per attempt already keeps an old answer from passing for a new one.
+        inbox = Inbox(self.resolve, self.max_skew_s, REPLY_LIMITS)
         sock = self.transport.socket(
             "dealer",
             hwm=4,
@@ -108,7 +113,7 @@ class Discovery:
                     return refusal
                 if sock not in ready:
                     continue
-                received = self.inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
+                received = inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
                 reply = None if received is None else received.message
                 if isinstance(reply, ConfigReply) and reply.node == public.name:
                     return reply

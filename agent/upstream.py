@@ -4,11 +4,12 @@ Theory of operation. Until a config arrives the agent knows only the server's pu
 and the endpoints to ask. ``tick`` runs every turn: the server goes offline when its
 heartbeats stop (``ServerWatch``); discovery falls due as ``DiscoverySchedule`` says (no
 config, lifetime ended while idle, a restarted server after a random splay, a long
-silence) and is then attempted once, bounded (``Discovery``), against the next
-configured server. An accepted config is handed back to the daemon, which applies it to
-every component, this one included (``follow``: the sockets move only if their endpoints
-changed, the server counts as online at once, the schedule rests). A refusal or silence
-backs off with jitter.
+silence, a server whose heartbeats say it no longer leads) and is then attempted once,
+bounded (``Discovery``), against the server the schedule picks. A standby answers
+``not_leader`` and names the leader, asked next. An accepted config is handed back to
+the daemon, which applies it to every component, this one included (``follow``: the
+sockets move only if their endpoints changed, the server counts as online at once, the
+schedule rests). A refusal or silence backs off with jitter.
 
 Killed at any line: nothing here is stored. A restarted agent has no config, a new
 incarnation and no session key, so it discovers at once; the server learns of the new
@@ -96,6 +97,8 @@ class Upstream:
                 continue
             if self.schedule.server_beat(beat.incarnation, self.node_config, now):
                 log.info("server restarted (incarnation %s): rediscovering", beat.incarnation)
+            if self.schedule.leader_beat(beat.leader, now):
+                log.warning("the server no longer leads: looking for the leader")
 
     def tick(self, now: float, *, busy: bool) -> tuple[m.NodeConfig, str] | None:
         """Time passes: the server may go offline; discovery may fall due, and its accepted
@@ -119,7 +122,7 @@ class Upstream:
         """Take ``cfg``: its sockets, its liveness settings, the server online from now."""
         now = self.clock.monotonic()
         old, self.node_config = self.node_config, cfg
-        self.schedule.configured(cfg, now)
+        self.schedule.configured(cfg, now, endpoint)
         self.watch.trust(cfg, now)
         self.link.follow(old, cfg)
         log.info(
@@ -143,6 +146,11 @@ class Upstream:
                 f"{endpoint}: the server refused the CurveZMQ handshake: is agent.server_key "
                 f"the server's key ({self.config.agent.server_key})? {reply.cause()}"
             )
+        elif reply.status == "not_leader":
+            status = f"{endpoint}: {reply.message}"
+            if self.schedule.redirected(reply.leader, status, self.clock.monotonic()):
+                log.info("config discovery: %s", status)
+            return None
         elif reply.status != "accepted" or reply.config is None:
             status = f"{endpoint}: {reply.status}: {reply.message}"
         else:

@@ -5,8 +5,10 @@ Theory of operation. A request on the ROUTER socket is opened against the regist
 replay window of its client process before it is decoded further; a bad one is a counted
 drop, and a well-formed request from an unknown key is told so rather than left to time
 out. A config request goes to enrolment; an API request must come from an accepted user
-whose role allows the method (``pushjobs.api.methods``), and ``job.*`` methods need the
-leader. The handler's result, or its ``ApiError``, is answered with the request's id;
+whose role allows the method (``pushjobs.api.methods``), and ``job.*`` and ``node.*``
+methods need the leader: a standby refuses them ``not_leader`` with the leader's API
+endpoint in ``error.leader`` when the control topic knows it (``membership.py``), so the
+client goes there. The handler's result, or its ``ApiError``, is answered with the request's id;
 ``job.watch`` may park instead (``watches.py``).
 
 Replies are queued and leave the socket at the end of the turn, after whatever the
@@ -27,12 +29,13 @@ from pushjobs.errors import ApiError, ProtocolError, UnknownKey
 from pushjobs.protocol.codec import decode
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import reason_for
-from pushjobs.protocol.messages import ApiRequest, ConfigRequest, Message
+from pushjobs.protocol.messages import ApiReply, ApiRequest, ConfigRequest, ErrorBody, Message
 from pushjobs.protocol.replay import ReplayWindow
 from server.auth import RegistryKeys, open_api_frames
 from server.enrolment import Enrolment
 from server.handlers import WATCH, ApiHandlers
 from server.leadership import Leadership
+from server.membership import Membership
 from server.responder import Responder
 from server.watches import Watches
 
@@ -41,6 +44,9 @@ API_WINDOWS = 100_000  # client processes whose replay windows are remembered
 # windows are kept apart and fewer, so a stranger's flood cannot fill the API's (each
 # window costs about a kilobyte: 100,000 of them were 200 MB).
 CONFIG_WINDOWS = 10_000
+# Jobs are the leader's; so are the nodes (a standby serves none: its table is empty) and
+# the schedules (the leader fires them).
+LEADER_ONLY = ("job.", "node.", "schedule.")
 
 
 class ApiFront:
@@ -56,6 +62,7 @@ class ApiFront:
         leadership: Leadership,
         watches: Watches,
         drops: Counter[str],
+        membership: Membership | None = None,
     ) -> None:
         self.registry = registry
         self.keys = RegistryKeys(registry)
@@ -70,6 +77,7 @@ class ApiFront:
         self.enrolment = enrolment
         self.leadership = leadership
         self.watches = watches
+        self.membership = membership
 
     def receive(self, frames: list[bytes], now: float, now_ms: int, *, source: str = "") -> None:
         """One API message; ``source`` is the sender's network address."""
@@ -142,6 +150,9 @@ class ApiFront:
         if refusal is not None:
             self.responder.error(identity, req.request_id, *refusal, now_ms)
             return
+        if req.method.startswith(LEADER_ONLY) and not self.leadership.leader:
+            self._not_leader(identity, req.request_id, now_ms)
+            return
         try:
             result = self.handlers.handle(req.method, req.params, req.sender)
         except ApiError as exc:
@@ -168,6 +179,13 @@ class ApiFront:
                 methods.UNAUTHORIZED,
                 f"{req.method} needs the {needed} role; {req.sender} is {entry.role}",
             )
-        if req.method.startswith("job.") and not self.leadership.leader:
-            return methods.NOT_LEADER, "this server is not the leader"
         return None
+
+    def _not_leader(self, identity: bytes, request_id: str, now_ms: int) -> None:
+        leader = self.membership.leader_api() if self.membership is not None else None
+        where = f"the leader is at {leader}" if leader else "no leader is known yet"
+        error = ErrorBody(methods.NOT_LEADER, f"this server is not the leader; {where}", leader)
+        frames = self.responder.outbox.frames(
+            ApiReply, now_ms, request_id=request_id, ok=False, error=error
+        )
+        self.responder.queue(identity, frames)

@@ -28,11 +28,13 @@ from pushjobs.states import JobState
 from server.channels import Channels
 from server.coordinator import Coordinator
 from server.enrolment import Enrolment
-from server.handlers import JobRequest
 from server.intake import NodeIntake
+from server.jobparams import JobRequest
 from server.jobs import Jobs
 from server.leadership import Leadership
+from server.membership import Membership
 from server.nodes import NodeTable
+from server.scheduler import Scheduler
 from server.watches import Watches
 
 OUTPUT_FIELDS = (
@@ -61,6 +63,7 @@ class ServerBackend:
         api_drops: dict[str, int],
         watches: Watches | None = None,
         outage: Outage | None = None,
+        membership: Membership | None = None,
     ) -> None:
         self.name = name
         self.incarnation = incarnation
@@ -83,6 +86,8 @@ class ServerBackend:
         self.api_drops = api_drops
         self.watches = watches if watches is not None else Watches()
         self.outage = outage if outage is not None else Outage()
+        self.scheduler: Scheduler | None = None  # set by the daemon (``schedule.*``)
+        self.membership = membership
 
     @property
     def coordinator(self) -> Coordinator:
@@ -133,6 +138,15 @@ class ServerBackend:
             # None while the log takes writes; else since when it has not, and why.
             "log_outage": self.outage.status(self.clock.monotonic()),
         }
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Every server the control topic knows, this one marked ``self``."""
+        if self.membership is None:
+            return []
+        rows = self.membership.rows()
+        for row in rows:
+            row["self"] = row["incarnation"] == self.incarnation
+        return rows
 
     def _node_counts(self) -> dict[str, int]:
         """Online, offline (seen or accepted, not online now), pending (keys awaiting an

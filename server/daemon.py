@@ -9,8 +9,9 @@ job's vote or run deadline, the lease, a parked watch), then:
 2. the API front reads the API socket (``api.py``): config requests go to enrolment
    (``enrolment.py``), CLI requests to their handlers (``handlers.py``);
 3. time: the lease (``leadership.py``; a new leader rebuilds from the log,
-   ``takeover.py``), the server heartbeat, offline expiry, revoked keys, job deadlines,
-   log compaction;
+   ``takeover.py``) and, with each renewal, this server's membership record
+   (``membership.py``), the server heartbeat, offline expiry, revoked keys, job
+   deadlines, log compaction;
 4. flush: job effects write the changed jobs and the events to the ordered log, and only
    then send the commands that follow (``jobs.py``, ``commands.py``); API replies and
    watches (``watches.py``) are answered last.
@@ -40,7 +41,6 @@ import zmq
 from keys.fingerprint import key_id
 from keys.registry import KeyRegistry
 from pushjobs.clock import Clock, SystemClock
-from pushjobs.errors import LogError
 from pushjobs.log.factory import open_log
 from pushjobs.log.retry import Outage
 from pushjobs.log.timed import TimedLog
@@ -56,15 +56,18 @@ from server.api import ApiFront
 from server.backend import ServerBackend
 from server.channels import Channels, advertised, raise_open_files
 from server.commands import CommandSender
+from server.compaction import Compaction
 from server.enrolment import Enrolment, node_key_accepted, node_registered
 from server.handlers import ApiHandlers
 from server.handshakes import Handshakes
 from server.intake import BATCH, NodeIntake
 from server.jobs import Jobs
 from server.leadership import Leadership
+from server.membership import Membership, advertised_api
 from server.metrics import PUBLISH_EVERY_S, MetricsEndpoint
 from server.nodes import NodeTable
 from server.responder import Responder
+from server.scheduler import Scheduler
 from server.sessions import SessionKeys
 from server.settings import ServerConfig, load_identity
 from server.tenure import Tenure
@@ -127,6 +130,9 @@ class Server:
         self.handshakes = Handshakes(self.channels.api, "api")
         heartbeat_endpoint = advertised(bound["heartbeat"], section.advertise_host)
         self.reply_endpoint = advertised(bound["reply"], section.advertise_host)
+        api_endpoint = advertised_api(bound["api"], section.advertise_host)
+        ends = {"api": api_endpoint, "heartbeat": heartbeat_endpoint, "reply": self.reply_endpoint}
+        self.membership = Membership(self.leadership, self.name, self.incarnation, ends, self.clock)
 
         # The components, each owning one concern; the order is who needs whom.
         self.liveness = LivenessTracker(
@@ -145,6 +151,7 @@ class Server:
             server_incarnation=self.incarnation,
             heartbeat_endpoint=heartbeat_endpoint,
             reply_endpoint=self.reply_endpoint,
+            membership=self.membership,
         )
         self.sender = sender = CommandSender(
             self.outbox,
@@ -164,7 +171,14 @@ class Server:
             server_name=self.name,
             registered=partial(node_registered, registry),
         )
-        self.leadership.on_stand_by = self.jobs.stand_by
+        # A schedule fires only on the leader (DESIGN section 10, single owner for now).
+        self.scheduler = Scheduler(
+            self.jobs,
+            self.topics.schedules,
+            clock=self.clock,
+            settle_ms=round(2 * live.offline_threshold * live.interval_s * 1000) + 2000,
+        )
+        self.leadership.on_stand_by = self.stand_by
         inbox = Inbox(sessions.resolve, proto.max_skew_s, limits)
         self.intake = NodeIntake(
             inbox,
@@ -188,6 +202,7 @@ class Server:
             api_drops=api_drops,
             watches=self.watches,
             outage=self.outage,
+            membership=self.membership,
         )
         self.tenure = Tenure(
             self.leadership,
@@ -197,7 +212,9 @@ class Server:
             settings=live,
             clock=self.clock,
             outage=self.outage,
+            scheduler=self.scheduler,
         )
+        self.backend.scheduler = self.scheduler
         self.api = ApiFront(
             registry,
             limits,
@@ -208,6 +225,7 @@ class Server:
             leadership=self.leadership,
             watches=self.watches,
             drops=api_drops,
+            membership=self.membership,
         )
         self.metrics = MetricsEndpoint(section.metrics_bind)
         self.stopping = False
@@ -216,7 +234,7 @@ class Server:
         self.turn_started = self.poll_started = self.poll_until = now
         self.next_beat = now
         self.next_registry = now + section.registry_check_s
-        self.next_compact = now + section.compact_every_s if section.compact_every_s else None
+        self.compaction = Compaction(self.log, section.compact_every_s, self.clock)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -227,6 +245,7 @@ class Server:
         poller.register(self.channels.heartbeat, zmq.POLLIN)
         poller.register(self.handshakes.socket, zmq.POLLIN)
         self.tenure.renew(self.clock.monotonic())
+        self.membership.beat()
         endpoints = self.channels.endpoints()
         metrics_url = self.metrics.start()
         self.out.write(
@@ -285,6 +304,9 @@ class Server:
         job_deadline = self.jobs.coordinator.next_deadline_ms()
         if job_deadline is not None:
             due.append(now + (job_deadline - self.clock.wall_ms()) / 1000)
+        fire_deadline = self.scheduler.next_deadline_ms()
+        if fire_deadline is not None:
+            due.append(now + (fire_deadline - self.clock.wall_ms()) / 1000)
         return max(0.0, min(due) - now)
 
     def timers(self) -> None:
@@ -295,6 +317,7 @@ class Server:
             self.turn_started = now
         if now >= self.leadership.next_renewal:
             self.tenure.renew(now)
+            self.membership.beat()  # this server's record, and who leads, each renewal
         if now >= self.next_beat:
             leader = self.leadership.leader
             self.channels.publish(self.outbox.frames(ServerHeartbeat, now_ms, leader=leader))
@@ -312,9 +335,8 @@ class Server:
             self.jobs.forget_sent(now_ms)
             self.next_registry = now + self.config.server.registry_check_s
         self.jobs.tick(now_ms)
-        if self.next_compact is not None and now >= self.next_compact:
-            self.compact()
-            self.next_compact = now + self.config.server.compact_every_s
+        self.scheduler.tick(now_ms)
+        self.compaction.tick(now)
         if now >= self.next_metrics:
             self.metrics.publish(self.backend.info())
             self.next_metrics = now + PUBLISH_EVERY_S
@@ -340,17 +362,6 @@ class Server:
                 self.sender.abort_now(node, job_id, contact.endpoint, contact.curve, now_ms)
         self.intake.cut_off(node, now, now_ms, "key revoked")
 
-    def compact(self) -> None:
-        started = self.clock.monotonic()
-        try:
-            stats = self.log.compact()
-        except LogError as exc:
-            log.error("log compaction failed: %s", exc)
-            return
-        dropped = sum(s.records_before - s.records_after for s in stats)
-        took = self.clock.monotonic() - started
-        log.info("log compacted: %d records dropped in %.2f s", dropped, took)
-
     def flush(self) -> None:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
         self.tenure.flush(now, now_ms)
@@ -361,6 +372,11 @@ class Server:
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)
 
+    def stand_by(self) -> None:
+        """The lease is lost: the jobs and the schedules now belong to the new leader."""
+        self.jobs.stand_by()
+        self.scheduler.stand_by()
+
     def stop(self) -> None:
         """Finish this turn and stop; new jobs are refused from now on."""
         self.stopping = True
@@ -369,6 +385,8 @@ class Server:
     def close(self) -> None:
         try:
             self.metrics.close()
+            if self.stopping:
+                self.membership.leave()
             self.leadership.close()
         finally:
             self.handshakes.close()  # its monitor socket first: the context waits for it

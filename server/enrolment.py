@@ -15,6 +15,10 @@ heartbeat) is denied, and logged naming both; ``node status`` shows it for a min
 agent that restarts on the same endpoint is the same agent; one that restarts on a new
 port is admitted as soon as its old self has missed a heartbeat.
 
+A standby serves no node (DESIGN section 9): it answers every config request
+``not_leader``, naming the leader's API endpoint when the control topic knows it
+(``membership.py``), and admits nobody: the agent asks the leader instead.
+
 A node heard under a session key that has retired (revoked, or rotated past its grace)
 is told to rediscover (``stale_contacts``, at most once per ``STALE_PING_S``): that is how
 an agent whose key was rejected and accepted again comes back within seconds.
@@ -43,6 +47,7 @@ from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
 from server.admission import Admission, Refused
 from server.channels import Channels
+from server.membership import Membership
 from server.nodes import NodeInfo, NodeTable
 from server.sessions import SessionKeys
 from server.settings import ServerConfig
@@ -87,8 +92,10 @@ class Enrolment:
         server_incarnation: str,
         heartbeat_endpoint: str,
         reply_endpoint: str,
+        membership: Membership | None = None,
     ) -> None:
         self.config = config
+        self.membership = membership
         self.identity = identity
         self.registry = registry
         self.sessions = sessions
@@ -128,6 +135,9 @@ class Enrolment:
         source: str = "",
     ) -> None:
         """Answer a node's config request; ``source`` is its network address (for caps)."""
+        if self.membership is not None and not self.membership.leadership.leader:
+            self._not_leader(identity, req.sender, now_ms, reply)
+            return
         status: str
         try:
             entry = self.registry.find(req.sender)
@@ -196,6 +206,21 @@ class Enrolment:
         config = self._admit(req, now)
         log.info("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
         self._reply(identity, req.sender, "accepted", "", config=config, now_ms=now_ms, reply=reply)
+
+    def _not_leader(self, identity: bytes, node: str, now_ms: int, reply: Reply) -> None:
+        assert self.membership is not None
+        leader = self.membership.leader_api()
+        where = f"the leader is at {leader}" if leader else "no leader is known yet"
+        frames = self.outbox.frames(
+            ConfigReply,
+            now_ms,
+            node=node,
+            status="not_leader",
+            message=f"this server is not the leader; {where}",
+            config=None,
+            leader=leader,
+        )
+        reply(identity, frames)
 
     def _online_elsewhere(self, req: ConfigRequest, now: float) -> NodeInfo | None:
         """The node's live agent if ``req`` comes from another one; None otherwise."""

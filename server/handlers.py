@@ -11,37 +11,22 @@ from here on they exist in clear only inside the commit sent to a node.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
 from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
-from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
-from server.batch import BatchSpec
 from server.coordinator import Coordinator
+from server.jobparams import JobRequest, _names, _str, bad, job_params, job_request
 from server.keyadmin import KeyAdmin
 from server.nodes import NodeTable
-from server.sealing import SECRET_ENV, SecretBox
+from server.schedadmin import SchedAdmin
+from server.sealing import SecretBox
 
 WATCH: Final = object()
 """A handler's answer meaning: park this request until the job changes or time passes."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    command: str
-    selectors: list[str]
-    quorum: Quorum
-    run_timeout_s: float | None
-    vote_timeout_s: float | None
-    options: dict[str, Any]
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Sealer(Protocol):
@@ -68,6 +53,10 @@ class Backend(Protocol):
 
     def info(self) -> dict[str, Any]: ...
 
+    def servers(self) -> list[dict[str, Any]]:
+        """Every server of the installation from the control topic (``membership.py``)."""
+        ...
+
     def start_job(self, request: JobRequest, caller: str) -> str: ...
 
     def abort_job(self, job_id: str, caller: str) -> None: ...
@@ -77,78 +66,6 @@ class Backend(Protocol):
     def node_names(self) -> list[str]: ...
 
     def find_output(self, job_id: str, node: str) -> dict[str, Any] | None: ...
-
-
-def bad(message: str) -> ApiError:
-    return ApiError(message, code=methods.BAD_REQUEST)
-
-
-def _str(params: Mapping[str, Any], name: str, *, required: bool = True) -> str:
-    value = params.get(name)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or not value:
-        raise bad(f"'{name}' must be a non-empty string")
-    return value
-
-
-def _num(params: Mapping[str, Any], name: str) -> float | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise bad(f"'{name}' must be a number greater than 0")
-    return float(value)
-
-
-def _names(params: Mapping[str, Any], name: str) -> list[str]:
-    value = params.get(name)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise bad(f"'{name}' must be a non-empty list of strings")
-    return list(value)
-
-
-def _env(params: Mapping[str, Any], name: str) -> dict[str, str]:
-    env = params.get(name) or {}
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise bad(f"'{name}' must map names to strings")
-    for key in env:
-        if not _ENV_NAME.fullmatch(key):
-            raise bad(f"'{name}': {key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
-    return env
-
-
-def _batch(params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``batch`` (3 or 25%), ``batch_wait_s`` (>= 0), ``max_failures`` (3 or 25%): the
-    options of a rolling-batch job (``batch.py``), or None for a job that is no batch."""
-    size, wait_s, failures = (params.get(k) for k in ("batch", "batch_wait_s", "max_failures"))
-    if size is None:
-        if wait_s is not None or failures is not None:
-            raise bad("'batch_wait_s' and 'max_failures' need 'batch'")
-        return None
-    if wait_s is not None and (
-        isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s < 1e9
-    ):
-        raise bad("'batch_wait_s' must be a number of seconds >= 0")
-    try:
-        if isinstance(size, bool) or not isinstance(size, str | int):
-            raise ValueError(f"batch must be a count (3) or a percent (25%), not {size!r}")
-        if failures is not None and (
-            isinstance(failures, bool) or not isinstance(failures, str | int)
-        ):
-            raise ValueError(
-                f"max_failures must be a count (3) or a percent (25%), not {failures!r}"
-            )
-        spec = BatchSpec(
-            size=Share.parse(str(size), "batch"),
-            wait_ms=round(float(wait_s or 0) * 1000),
-            max_failures=None if failures is None else Share.parse(str(failures), "max_failures"),
-        )
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    return spec.to_options()
 
 
 def _with_nodes(params: Mapping[str, Any]) -> bool:
@@ -165,6 +82,7 @@ class ApiHandlers:
         self.secrets = secrets if secrets is not None else backend.jobs.sender.secrets
         self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
             "server.info": lambda p, c: self.b.info(),
+            "server.list": lambda p, c: {"servers": self.b.servers()},
             "job.start": self.job_start,
             "job.list": self.job_list,
             "job.status": self.job_status,
@@ -174,6 +92,7 @@ class ApiHandlers:
             "node.list": self.node_list,
             "node.status": self.node_status,
             **KeyAdmin(self.b).table(),
+            **SchedAdmin(self.b).table(),
         }
 
     def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
@@ -195,37 +114,7 @@ class ApiHandlers:
     # --- jobs -----------------------------------------------------------------------------
 
     def job_start(self, params: Mapping[str, Any], caller: str) -> Any:
-        command = _str(params, "command")
-        selectors = _names(params, "nodes")
-        try:
-            quorum = Quorum.parse(str(params.get("quorum") or "100%"))
-        except ValueError as exc:
-            raise bad(str(exc)) from None
-        env, secret_env = _env(params, "env"), _env(params, SECRET_ENV)
-        both = sorted(env.keys() & secret_env.keys())
-        if both:
-            raise bad(f"{both[0]} is in both 'env' and 'secret_env'")
-        if secret_env and self.secrets is None:
-            raise ApiError("this server has no key to seal secret_env with", code=methods.INTERNAL)
-        cwd = params.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise bad("'cwd' must be a string")
-        capture = params.get("capture", False)
-        if not isinstance(capture, bool):
-            raise bad("'capture' must be true or false")
-        request = JobRequest(
-            command=command,
-            selectors=selectors,
-            quorum=quorum,
-            run_timeout_s=_num(params, "timeout_s"),
-            vote_timeout_s=_num(params, "vote_timeout_s"),
-            options={"env": env, "cwd": cwd, "capture": capture},
-        )
-        batch = _batch(params)
-        if batch is not None:
-            request.options["batch"] = batch
-        if secret_env and self.secrets is not None:
-            request.options[SECRET_ENV] = self.secrets.seal_env(secret_env)
+        request = job_request(job_params(params, self.secrets))
         job_id = self.b.start_job(request, caller)
         return {"job": self.b.coordinator.view(job_id)}
 

@@ -31,7 +31,7 @@ from server import records
 from server.commands import ASKED_KEEP_MS, CommandSender
 from server.coordinator import Change, Coordinator
 from server.effects import Send
-from server.handlers import JobRequest
+from server.jobparams import JobRequest
 from server.leadership import Leadership
 from server.nodes import NodeTable
 from server.recovery import recover
@@ -84,6 +84,9 @@ class Jobs:
     ) -> set[str] | None:
         """Rebuild from the log; the nodes to wait for, or None if deposed at once."""
         found = recover(self.leadership.log, self.topics)
+        # A schedule's fire written but not started is the scheduler's to start (its job id
+        # is derived, the start idempotent), once the nodes are back: not ended here.
+        found.unstarted = [r for r in found.unstarted if "schedule_id" not in r]
         self.coordinator = self._new_coordinator()
         done = take_over(self.coordinator, found, standby_replies, now_ms, grace_ms)
         self.changes += done.changes
@@ -141,16 +144,28 @@ class Jobs:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def start(self, request: JobRequest, caller: str, now_ms: int) -> str:
+    def start(
+        self,
+        request: JobRequest,
+        caller: str,
+        now_ms: int,
+        *,
+        job_id: str | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """Start a job; with ``job_id`` given (a schedule's fire), a job id this leader
+        already has is answered with that job, never started twice."""
         if self.stopping:
             raise ApiError("the server is stopping", code=methods.NOT_LEADER)
+        if job_id is not None and job_id in self.coordinator.jobs:
+            return job_id
         targets = select(request.selectors, self.nodes.facts(), exists=self.registered)
         if len(targets) > self.settings.max_nodes:
             raise ApiError(
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
                 code=methods.BAD_REQUEST,
             )
-        job_id = f"{now_ms:x}{secrets.token_hex(4)}"
+        job_id = job_id or f"{now_ms:x}{secrets.token_hex(4)}"
         run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
         vote_timeout_s = request.vote_timeout_s or self.settings.vote_timeout_s
         command = {
@@ -165,6 +180,8 @@ class Jobs:
             "requested_by": caller,
             "created_ms": now_ms,
         }
+        if schedule_id is not None:
+            command["schedule_id"] = schedule_id
         # The request is durable before anything acts on it.
         self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
         self.changes += self.coordinator.submit(

@@ -59,13 +59,19 @@ class Leadership:
         *,
         session_s: float,
         unfenced_topic: str,
+        control_topic: str | None = None,
     ) -> None:
         self.log = log_
         self.member = member
         self.group = group
         self.session_s = session_s
-        # Node events may be written while standing by: they are facts, not decisions.
+        # Node events may be written while standing by: they are facts, not decisions. So
+        # is a server's membership record on the control topic (``membership.py``): every
+        # server says who it is, leader or not. Nothing else: commands and assignments are
+        # decisions, and only the leader's fenced writes may make them.
         self.unfenced_topic = unfenced_topic
+        self.unfenced = frozenset(t for t in (unfenced_topic, control_topic) if t is not None)
+        self.control_topic = control_topic
         self.on_stand_by: Callable[[], None] = lambda: None  # set by the jobs' owner
         self.fence: Fence | None = None
         self.next_renewal = 0.0
@@ -79,7 +85,14 @@ class Leadership:
         group = prefix + "leader"
         member_id = f"{member_id}@{socket.gethostname()}/{os.getpid()}"
         member = log_.member(group, topics.commands, member_id, session_timeout_s=session_s)
-        return cls(log_, member, group, session_s=session_s, unfenced_topic=topics.events)
+        return cls(
+            log_,
+            member,
+            group,
+            session_s=session_s,
+            unfenced_topic=topics.events,
+            control_topic=topics.control,
+        )
 
     @property
     def leader(self) -> bool:
@@ -124,7 +137,7 @@ class Leadership:
         """Write ``batch`` fenced by this leader's epoch; ``NOT_LEADER`` if it is not one."""
         if not batch:
             return
-        if self.fence is None and topic != self.unfenced_topic:
+        if self.fence is None and topic not in self.unfenced:
             raise ApiError("this server is not the leader", code=methods.NOT_LEADER)
         try:
             self.log.append_batch(topic, batch, fence=self.fence)

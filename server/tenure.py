@@ -1,10 +1,11 @@
 """Tenure: the server's turn as leader, kept honest against its own pauses and the log's.
 
 Theory of operation. ``renew`` polls the lease when it is due (``Leadership.renew``); on
-becoming leader it has the jobs rebuilt from the log (``Jobs.take_over``), gives every
-node a full offline window from now and the nodes that owe results a grace period to
-show up. ``confirm`` is called before a turn acts and before its flush sends: a leader
-whose lease may have lapsed on its own clock (it was stopped) asks the log first.
+becoming leader it has the jobs rebuilt from the log (``Jobs.take_over``), then the
+schedules re-armed (``Scheduler.take_over``), gives every node a full offline window from
+now and the nodes that owe results a grace period to show up. ``confirm`` is called
+before a turn acts and before its flush sends: a leader whose lease may have lapsed on its
+own clock (it was stopped) asks the log first.
 
 A log that refuses writes (full, read-only, brokers down: ``BackendUnavailable``) is an
 outage, not an end: the server stands by, since nothing may be decided that is not
@@ -26,6 +27,7 @@ from pushjobs.protocol.liveness import LivenessTracker
 from server.intake import NodeIntake
 from server.jobs import Jobs
 from server.leadership import Leadership, Lease
+from server.scheduler import Scheduler
 
 log = logging.getLogger("pushjobs.server")
 
@@ -41,9 +43,11 @@ class Tenure:
         settings: LivenessSettings,
         clock: Clock,
         outage: Outage,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.leadership = leadership
         self.jobs = jobs
+        self.scheduler = scheduler
         self.intake = intake
         self.liveness = liveness
         self.settings = settings
@@ -74,8 +78,11 @@ class Tenure:
         awaited = self.jobs.take_over(
             self.intake.standby_replies, self.clock.wall_ms(), round(grace_s * 1000)
         )
-        if awaited is not None:
-            self.intake.await_nodes(awaited, now + grace_s)
+        if awaited is None:
+            return  # deposed at once
+        self.intake.await_nodes(awaited, now + grace_s)
+        if self.scheduler is not None:  # after the jobs: it asks which fires have started
+            self.scheduler.take_over(self.clock.wall_ms())
 
     def flush(self, now: float, now_ms: int) -> None:
         """Write the turn's job changes, then send what follows from them (``Jobs.flush``)."""

@@ -12,6 +12,10 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     server.info   reader  {}
                   -> {server_id, incarnation, leader, started_ms, nodes_known, nodes_online,
                       jobs_active, drops: {socket: {reason: count}}}
+    server.list   reader  {}
+                  -> {servers: [{name, incarnation, role: leader|standby|deposed|gone,
+                      epoch, last_pong_ms_ago, api, heartbeat, reply}...]}  every server
+                     of the installation as the ``control`` topic knows it, leader first
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
                            vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
                            capture: bool, batch?: "3"|"25%", batch_wait_s?: float >= 0,
@@ -40,6 +44,23 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     key.add       admin   {name, kind, ed25519_public, curve_public, role?, accept?}
                           -> {key: ENTRY}
     key.role      admin   {name, role} -> {key: ENTRY}
+    schedule.add      writer  {every job.start param, one of at: ISO 8601 | in_s: float |
+                               cron: "m h dom mon dow" (a seconds field may lead), tz?:
+                               "Europe/Berlin", catch_up?: skip|once|all, overlap?:
+                               skip|queue|allow} -> {schedule: SCHEDULE}
+    schedule.list     reader  {} -> {schedules: [SCHEDULE...]}
+    schedule.show     reader  {schedule_id} -> {schedule: SCHEDULE}
+    schedule.pause    writer  {schedule_id} -> {schedule: SCHEDULE}
+    schedule.resume   writer  {schedule_id} -> {schedule: SCHEDULE}   due times that fell
+                              while paused are not fired
+    schedule.delete   writer  {schedule_id} -> {deleted, command}
+    schedule.history  reader  {schedule_id} -> {schedule_id, fires: [{due_ms, job_id,
+                              outcome, job_state}...]}   the latest fires, oldest first
+
+    SCHEDULE = {schedule_id, command, nodes, job (the job.start params, secrets redacted),
+                trigger {at_ms} or {cron, tz}, when, catch_up, overlap, paused,
+                next_due_ms, consumed_ms, last_fire {due_ms, job_id}, created_ms,
+                created_by}
 
     RESULT: {name, ok, previous, state} or {name, ok: false, error}
 
@@ -53,7 +74,10 @@ Methods, parameters (JSON object ``params``) and results (``result``):
             last_seen_ms_ago, facts, tags}
 
 Errors come back as ``ok: false`` with ``error.code`` one of ``CODES``; the client raises
-the matching ``ApiError`` subclass (``error_for``).
+the matching ``ApiError`` subclass (``error_for``). ``job.*`` and ``node.*`` methods need
+the leader (a standby serves no node): a standing-by server answers ``not_leader`` with
+``error.leader``, the leader's API endpoint when it knows one (the client follows it,
+``pushjobs.api.client``).
 """
 
 from __future__ import annotations
@@ -67,6 +91,7 @@ ROLE_RANK: Final = {"reader": 0, "writer": 1, "admin": 2}
 
 METHODS: Final[Mapping[str, str]] = {
     "server.info": "reader",
+    "server.list": "reader",
     "job.start": "writer",
     "job.list": "reader",
     "job.status": "reader",
@@ -82,6 +107,13 @@ METHODS: Final[Mapping[str, str]] = {
     "key.show": "admin",
     "key.add": "admin",
     "key.role": "admin",
+    "schedule.add": "writer",
+    "schedule.list": "reader",
+    "schedule.show": "reader",
+    "schedule.pause": "writer",
+    "schedule.resume": "writer",
+    "schedule.delete": "writer",
+    "schedule.history": "reader",
 }
 """Method name -> the least role allowed to call it."""
 

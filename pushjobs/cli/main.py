@@ -13,7 +13,7 @@ import typer
 import typer.core
 
 from pushjobs import __version__
-from pushjobs.cli import job, key, log, node, server, simulate, systemd
+from pushjobs.cli import job, key, log, node, schedule, server, simulate, systemd
 from pushjobs.cli.archive import archive
 from pushjobs.cli.exitcodes import epilog
 from pushjobs.cli.quickstart import quickstart
@@ -33,6 +33,7 @@ app.add_typer(key.app, name="key")
 app.add_typer(log.app, name="log")
 app.add_typer(job.app, name="job")
 app.add_typer(node.app, name="node")
+app.add_typer(schedule.app, name="schedule")
 app.add_typer(server.app, name="server")
 app.add_typer(simulate.app, name="simulate")
 app.add_typer(systemd.app, name="systemd")

@@ -2,12 +2,14 @@
 
 ``status`` renders ``server.info``: leadership, uptime, nodes and jobs by state, dropped
 messages by socket and reason, heartbeat lag, log append latency and garbage collection
-pauses. ``--json`` prints the reply as it came, every figure included.
+pauses. ``list`` renders ``server.list``: every server of the installation as the
+``control`` topic knows it, its role, epoch, last pong and endpoints. ``--json`` prints
+the reply as it came, every figure included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import typer
@@ -16,7 +18,8 @@ from pushjobs.cli import userconfig
 from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt
 from pushjobs.cli.render import handle_errors, print_json
 
-app = typer.Typer(help="The server itself: health and figures.", no_args_is_help=True)
+app = typer.Typer(help="The servers themselves: health, figures, who leads.", no_args_is_help=True)
+LIST_COLUMNS = ("server", "role", "epoch", "last pong", "api", "heartbeat", "reply")
 
 
 def duration(seconds: float) -> str:
@@ -125,3 +128,44 @@ def status(config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt 
         print_json(info)
     else:
         typer.echo(render(info))
+
+
+def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    """The ``server list`` table: one row per server, this one's name marked with ``*``."""
+    rows: list[tuple[str, ...]] = []
+    for row in servers:
+        name = f"{row['name']}:{row['incarnation']}" + (" *" if row.get("self") else "")
+        epoch = "-" if row.get("epoch") is None else str(row["epoch"])
+        pong = f"{row['last_pong_ms_ago'] / 1000:.1f} s ago"
+        rows.append((name, row["role"], epoch, pong, row["api"], row["heartbeat"], row["reply"]))
+    return rows
+
+
+def render_list(servers: Sequence[Mapping[str, Any]]) -> str:
+    if not servers:
+        return "no server has written to the control topic yet"
+    table = [LIST_COLUMNS, *server_rows(servers)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(LIST_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    )
+
+
+@app.command("list")
+@handle_errors
+def list_servers(
+    config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Every server of the installation: its role (leader, standby; deposed or gone when
+    its record says a lease it no longer holds, or is stale), epoch, last pong and
+    endpoints. The server that answered is marked with *.
+
+    Example: pushjobs server list --json
+    """
+    with userconfig.connect(config, server) as client:
+        servers = client.call("server.list", {})["servers"]
+    if as_json:
+        print_json(servers)
+    else:
+        typer.echo(render_list(servers))

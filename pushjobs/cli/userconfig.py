@@ -1,19 +1,27 @@
 """The CLI user's config file: which server to talk to, and with which key.
 
     [client]
-    server = "tcp://10.0.0.5:7700"          # the server's API endpoint
+    server = "tcp://10.0.0.5:7700"          # the server's API endpoint, or several:
+    # server = ["tcp://10.0.0.5:7700", "tcp://10.0.0.6:7700"]   (the CLI follows the leader)
     server_key = "~/.config/pushjobs/server.pub"
     user_key = "~/.config/pushjobs/alice.key"  # private, mode 0600
     timeout_s = 10.0
 
 Found at ``--config``, else ``$PUSHJOBS_CONFIG``, else
 ``$XDG_CONFIG_HOME/pushjobs/config.toml`` (``~/.config/pushjobs/config.toml``). Every key
-can be overridden from the environment (``PUSHJOBS_CLIENT__SERVER=...``).
+can be overridden from the environment (``PUSHJOBS_CLIENT__SERVER=...``; several
+endpoints there, or in ``--server``, are separated by commas).
+
+With several servers the client asks them in turn and follows the leader
+(``pushjobs.api.client``); while none leads it waits, up to ``timeout_s``, and a command
+run by a person says "waiting for a leader..." once on stderr.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +38,7 @@ user_key = "~/.config/pushjobs/alice.key\""""
 
 @dataclass(frozen=True, slots=True)
 class ClientSection:
-    server: str = ""
+    server: str | list[str] = ""
     server_key: Path | None = None
     user_key: Path | None = None
     timeout_s: float = 10.0
@@ -38,6 +46,11 @@ class ClientSection:
     def check(self) -> Iterable[tuple[str, str]]:
         if self.timeout_s <= 0:
             yield "timeout_s", "must be greater than 0"
+
+    def endpoints(self) -> list[str]:
+        """Every server API endpoint named, in order (a string may hold several, by commas)."""
+        named = [self.server] if isinstance(self.server, str) else self.server
+        return [e for text in named for e in re.split(r"[,\s]+", text) if e]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +71,11 @@ def load(path: Path | None, server: str | None = None) -> ClientSection:
     where = path or default_path()
     config = load_config(ClientConfig, where if where.exists() or path else None)
     section = config.client
-    endpoint = server or section.server
+    endpoint: str | list[str] = server or section.server
     missing = [
         name
         for name, value in (
-            ("server", endpoint),
+            ("server", ClientSection(endpoint).endpoints()),
             ("server_key", section.server_key),
             ("user_key", section.user_key),
         )
@@ -80,5 +93,14 @@ def connect(path: Path | None, server: str | None = None) -> ApiClient:
     section = load(path, server)
     assert section.server_key is not None and section.user_key is not None
     return ApiClient.from_files(
-        section.server, section.server_key, section.user_key, timeout_s=section.timeout_s
+        section.endpoints(),
+        section.server_key,
+        section.user_key,
+        timeout_s=section.timeout_s,
+        on_wait=_tell,
     )
+
+
+def _tell(text: str) -> None:
+    """A line for the person at the terminal (stderr: stdout may be JSON for a script)."""
+    print(text, file=sys.stderr, flush=True)

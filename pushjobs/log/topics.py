@@ -46,7 +46,13 @@ EVENTS = StandardTopic(
     "one record per state change",
     TopicPolicy(compacted=False, retention_ms=EVENTS_RETENTION_MS),
 )
-STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS)
+SCHEDULES = StandardTopic(
+    "schedules",
+    "schedule:<id>",
+    "schedule definition, its due times settled so far and its last fires",
+    TopicPolicy(compacted=True),
+)
+STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS, SCHEDULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +63,10 @@ class TopicNames:
     assignments: str
     control: str
     events: str
+    schedules: str
 
-    def all(self) -> tuple[str, str, str, str]:
-        return (self.commands, self.assignments, self.control, self.events)
+    def all(self) -> tuple[str, ...]:
+        return (self.commands, self.assignments, self.control, self.events, self.schedules)
 
 
 def names(prefix: str = DEFAULT_PREFIX) -> TopicNames:

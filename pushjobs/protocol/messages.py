@@ -198,7 +198,9 @@ class Ping(Message):
 # --- config discovery (node <-> server over the CurveZMQ API channel) --------------------
 
 # refused: not recorded at all (enrolment is full); the node may ask again later.
-KeyStatus = Literal["accepted", "pending", "rejected", "denied", "refused"]
+# not_leader: a standing-by server serves no node; ``ConfigReply.leader`` names the
+# leader's API endpoint when this server knows it (DESIGN section 9).
+KeyStatus = Literal["accepted", "pending", "rejected", "denied", "refused", "not_leader"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,6 +243,7 @@ class ConfigReply(Message):
     status: KeyStatus
     message: str
     config: NodeConfig | None = None
+    leader: str | None = None  # with ``not_leader``: the leader's API endpoint, if known
 
 
 # --- API envelopes (CLI <-> server) ------------------------------------------------------
@@ -250,6 +253,7 @@ class ConfigReply(Message):
 class ErrorBody:
     code: str
     message: str
+    leader: str | None = None  # with ``not_leader``: the leader's API endpoint, if known
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

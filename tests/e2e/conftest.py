@@ -30,6 +30,8 @@ WHITELIST = {
     "sleeper": "sh -c 'echo $$ > \"$PUSHJOBS_HOME/pid-$PUSHJOBS_NODE\"; exec sleep 60'",
     # counts its runs per node, slowly enough to kill the server in between
     "count-slowly": "sh -c 'sleep 1.5; echo x >> \"$PUSHJOBS_HOME/count-$PUSHJOBS_NODE\"'",
+    # appends its job id to a file per node: which jobs ran where, and how often
+    "stamp": "sh -c 'echo $PUSHJOBS_JOB_ID >> \"$PUSHJOBS_HOME/stamps-$PUSHJOBS_NODE\"'",
 }
 
 

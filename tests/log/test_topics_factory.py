@@ -21,6 +21,7 @@ def test_standard_names_carry_the_prefix():
         "pushjobs.assignments",
         "pushjobs.control",
         "pushjobs.events",
+        "pushjobs.schedules",
     )
     assert topics.names("test-7.").events == "test-7.events"
 
@@ -32,6 +33,7 @@ def test_standard_policies_follow_the_design():
         "p.assignments": TopicPolicy(compacted=True),
         "p.control": TopicPolicy(compacted=True, retention_ms=1000),
         "p.events": TopicPolicy(compacted=False, retention_ms=2000),
+        "p.schedules": TopicPolicy(compacted=True),
     }
 
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from pushjobs.errors import ApiError
-from server.handlers import ApiHandlers, JobRequest
+from server.handlers import ApiHandlers
 from server.job import Job
+from server.jobparams import JobRequest
 from server.sealing import MARKER, REDACTED, SecretBox
 
 VALUE = "s3cr3t-value"

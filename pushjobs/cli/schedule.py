@@ -1,0 +1,346 @@
+"""``pushjobs schedule``: jobs started later, once or by cron, by the leader."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pushjobs.cli import userconfig
+from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt, batch_params, job_env, usage
+from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.quorum import Quorum
+
+app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="A schedule id (schedule list).")]
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration_s(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, or a sum like ``1h30m``."""
+    total, number = 0.0, ""
+    for char in text.strip():
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in UNITS and number:
+            total += float(number) * UNITS[char]
+            number = ""
+        else:
+            raise usage(f"--in expects a duration like 90s, 15m, 1h30m, 2d; got {text!r}")
+    try:
+        total += float(number) if number else 0.0
+    except ValueError:
+        raise usage(f"--in expects a duration like 90s, 15m, 1h30m, 2d; got {text!r}") from None
+    if total <= 0:
+        raise usage("--in must be more than 0")
+    return total
+
+
+@app.command("add")
+@handle_errors
+def add(
+    command: Annotated[str, typer.Argument(help="A command name the agents whitelist.")],
+    nodes: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NODE...", help="Names, globs (web-*), or queries (os=linux,tag=web)."
+        ),
+    ],
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Once, at this time (2026-03-29T02:30Z; no offset: in --tz).",
+            show_default=False,
+        ),
+    ] = None,
+    in_: Annotated[
+        str | None,
+        typer.Option(
+            "--in",
+            metavar="DURATION",
+            help="Once, this long from now (90s, 15m, 1h30m).",
+            show_default=False,
+        ),
+    ] = None,
+    cron: Annotated[
+        str | None,
+        typer.Option(
+            "--cron",
+            help="A cron expression ('0 3 * * *'; a leading seconds field is allowed).",
+            show_default=False,
+        ),
+    ] = None,
+    tz: Annotated[
+        str, typer.Option("--tz", help="IANA time zone of --cron and --at (Europe/Berlin).")
+    ] = "UTC",
+    catch_up: Annotated[
+        str,
+        typer.Option(
+            "--catch-up",
+            help="Fires missed while no server could fire them: skip, once (one fire for "
+            "all), or all (each, at most 100).",
+        ),
+    ] = "once",
+    overlap: Annotated[
+        str,
+        typer.Option(
+            "--overlap",
+            help="When the previous run is still active: skip, queue (run after it), allow.",
+        ),
+    ] = "skip",
+    quorum: Annotated[
+        str,
+        typer.Option("--quorum", help="Nodes that must be ready: a count (3) or a percent (75%)."),
+    ] = "100%",
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Run timeout, seconds.", show_default=False)
+    ] = None,
+    vote_timeout: Annotated[
+        float | None,
+        typer.Option("--vote-timeout", help="Seconds nodes have to accept.", show_default=False),
+    ] = None,
+    capture: Annotated[
+        bool, typer.Option("--capture", help="Keep stdout/stderr of every node.")
+    ] = False,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="NAME=VALUE for the command; repeatable.", show_default=False),
+    ] = None,
+    secret_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret-env",
+            help="NAME=VALUE (or NAME: its value here), sealed on the server; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    env_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--env-file", help="NAME=VALUE lines, sent as --secret-env.", show_default=False
+        ),
+    ] = None,
+    cwd: Annotated[
+        str | None, typer.Option("--cwd", help="Working directory.", show_default=False)
+    ] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option("--batch", help="At most N (or P%) nodes at a time.", show_default=False),
+    ] = None,
+    batch_wait: Annotated[
+        float | None,
+        typer.Option(
+            "--batch-wait", help="With --batch: seconds between starts.", show_default=False
+        ),
+    ] = None,
+    max_failures: Annotated[
+        str | None,
+        typer.Option(
+            "--max-failures",
+            help="With --batch: stop after N (or P%) failures.",
+            show_default=False,
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start COMMAND on the selected nodes later: once (--at, --in) or by --cron.
+
+    Times are UTC unless --tz.
+
+    At a daylight-saving change nothing fires twice or is lost: a wall time that does not
+    exist that day fires just after the gap, one that happens twice fires once.
+
+    Example: pushjobs schedule add backup 'db-*' --cron '30 2 * * *' --tz Europe/Berlin
+    """
+    triggers = [name for name, value in (("--at", at), ("--in", in_), ("--cron", cron)) if value]
+    if len(triggers) != 1:
+        raise usage("give exactly one of --at, --in and --cron")
+    if catch_up not in ("skip", "once", "all"):
+        raise usage("--catch-up is skip, once or all")
+    if overlap not in ("skip", "queue", "allow"):
+        raise usage("--overlap is skip, queue or allow")
+    try:
+        Quorum.parse(quorum)
+    except ValueError as exc:
+        raise usage(str(exc)) from None
+    for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
+        if value is not None and value <= 0:
+            raise usage(f"{name} must be greater than 0")
+    params: dict[str, Any] = {
+        "command": command,
+        "nodes": nodes,
+        "quorum": quorum,
+        "capture": capture,
+        "cwd": cwd,
+        "tz": tz,
+        "catch_up": catch_up,
+        "overlap": overlap,
+        **job_env(env or [], secret_env or [], env_file or []),
+        **batch_params(batch, batch_wait, max_failures),
+    }
+    if at:
+        params["at"] = at
+    elif in_:
+        params["in_s"] = duration_s(in_)
+    else:
+        params["cron"] = cron
+    if timeout is not None:
+        params["timeout_s"] = timeout
+    if vote_timeout is not None:
+        params["vote_timeout_s"] = vote_timeout
+    with userconfig.connect(config, server) as client:
+        schedule = client.call("schedule.add", params)["schedule"]
+    if as_json:
+        print_json(schedule)
+        return
+    typer.echo(
+        f"schedule {schedule['schedule_id']}: {command} {schedule['when']}, "
+        f"next {when(schedule['next_due_ms'])}"
+    )
+
+
+def _row(s: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": s["schedule_id"],
+        "command": s["command"],
+        "nodes": " ".join(s["nodes"]),
+        "when": s["when"],
+        "next": "paused" if s["paused"] else when(s["next_due_ms"]),
+        "last job": (s.get("last_fire") or {}).get("job_id") or "-",
+    }
+
+
+@app.command("list")
+@handle_errors
+def list_schedules(
+    config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List schedules, oldest first.
+
+    Example: pushjobs schedule list --json
+    """
+    with userconfig.connect(config, server) as client:
+        result = client.call("schedule.list", {})
+    if as_json:
+        print_json(result)
+        return
+    rows = [_row(s) for s in result["schedules"]]
+    typer.echo(table(rows, ("id", "command", "nodes", "when", "next", "last job")))
+    typer.echo(f"{len(rows)} schedules")
+
+
+@app.command("show")
+@handle_errors
+def show(
+    schedule_id: IdArg, config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Show one schedule: its job, trigger, policies and next due time.
+
+    Example: pushjobs schedule show 3f2a9c1b7d0e
+    """
+    with userconfig.connect(config, server) as client:
+        schedule = client.call("schedule.show", {"schedule_id": schedule_id})["schedule"]
+    if as_json:
+        print_json(schedule)
+        return
+    for name, value in (
+        ("id", schedule["schedule_id"]),
+        ("command", schedule["command"]),
+        ("nodes", " ".join(schedule["nodes"])),
+        ("when", schedule["when"]),
+        ("next", "paused" if schedule["paused"] else when(schedule["next_due_ms"])),
+        ("catch-up", schedule["catch_up"]),
+        ("overlap", schedule["overlap"]),
+        ("last job", (schedule.get("last_fire") or {}).get("job_id") or "-"),
+        ("created", f"{when(schedule['created_ms'])} by {schedule['created_by']}"),
+    ):
+        typer.echo(f"{name:9} {value}")
+
+
+def _change(
+    method: str, schedule_id: str, config: Path | None, server: str | None, as_json: bool
+) -> None:
+    with userconfig.connect(config, server) as client:
+        result = client.call(method, {"schedule_id": schedule_id})
+    if as_json:
+        print_json(result)
+    elif "schedule" in result:
+        s = result["schedule"]
+        state = "paused" if s["paused"] else "next " + when(s["next_due_ms"])
+        typer.echo(f"schedule {schedule_id} {state}")
+    else:
+        typer.echo(f"schedule {schedule_id} deleted")
+
+
+@app.command("pause")
+@handle_errors
+def pause(
+    schedule_id: IdArg, config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Stop firing a schedule until it is resumed.
+
+    Example: pushjobs schedule pause 3f2a9c1b7d0e
+    """
+    _change("schedule.pause", schedule_id, config, server, as_json)
+
+
+@app.command("resume")
+@handle_errors
+def resume(
+    schedule_id: IdArg, config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Fire a paused schedule again, from its next due time (none missed while paused).
+
+    Example: pushjobs schedule resume 3f2a9c1b7d0e
+    """
+    _change("schedule.resume", schedule_id, config, server, as_json)
+
+
+@app.command("delete")
+@handle_errors
+def delete(
+    schedule_id: IdArg, config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Delete a schedule; the jobs it started stay.
+
+    Example: pushjobs schedule delete 3f2a9c1b7d0e
+    """
+    _change("schedule.delete", schedule_id, config, server, as_json)
+
+
+@app.command("history")
+@handle_errors
+def history(
+    schedule_id: IdArg, config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """A schedule's latest fires: due time, job id, and the job's state.
+
+    Example: pushjobs schedule history 3f2a9c1b7d0e
+    """
+    with userconfig.connect(config, server) as client:
+        result = client.call("schedule.history", {"schedule_id": schedule_id})
+    if as_json:
+        print_json(result)
+        return
+    rows = [
+        {
+            "due": when(f["due_ms"]),
+            "job": f.get("job_id") or "-",
+            "state": f.get("job_state") or "-",
+            "outcome": f.get("outcome") or "fired",
+        }
+        for f in result["fires"]
+    ]
+    typer.echo(table(rows, ("due", "job", "state", "outcome")))

@@ -1,0 +1,276 @@
+"""The client's way to the leader among several servers, and what it never sends twice
+(``pushjobs.api.client``): the policy alone, over a fake exchange and a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keys.identity import generate
+from pushjobs.api import client as client_module
+from pushjobs.api import methods
+from pushjobs.api.client import WAITING, ApiClient, Failover, resend_safe
+from pushjobs.cli import userconfig
+from pushjobs.errors import ApiError, ConfigError, Unreachable
+from pushjobs.protocol.messages import ApiReply, ErrorBody
+
+A, B, C = "tcp://a:7700", "tcp://b:7700", "tcp://c:7700"
+
+# What a fake server does with a request: answer (ok or error), or stay silent (None).
+Behaviour = Callable[[str], ApiReply | None]
+
+
+def ok(result: Any = "done") -> Behaviour:
+    return lambda method: reply(ok=True, result=result)
+
+
+def not_leader(leader: str | None = None) -> Behaviour:
+    def answer(method: str) -> ApiReply:
+        if not method.startswith(("job.", "node.")):
+            return reply(ok=True, result={"servers": []})
+        return reply(ok=False, error=ErrorBody(methods.NOT_LEADER, "not the leader", leader))
+
+    return answer
+
+
+def dead(method: str) -> None:
+    return None
+
+
+def reply(**fields: Any) -> ApiReply:
+    return ApiReply(
+        sender="server", incarnation="i", sequence=1, timestamp=0, request_id="r", **fields
+    )
+
+
+class Clock:
+    """Stands in for the ``time`` module inside the client: silence and pauses advance it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time_ns(self) -> int:
+        return int(self.now * 1e9)
+
+
+class FakeClient(ApiClient):
+    def __init__(
+        self, endpoints: list[str], servers: dict[str, Behaviour], clock: Clock, **kw: Any
+    ):
+        super().__init__(
+            endpoints, generate("server", "server").public, generate("alice", "user"), **kw
+        )
+        self.servers = servers
+        self.clock = clock
+        self.sent: list[tuple[str, str]] = []
+
+    def _exchange(self, method: str, params: dict[str, Any], timeout_s: float) -> ApiReply:
+        self.sent.append((self.endpoint, method))
+        answer = self.servers.get(self.endpoint, dead)(method)
+        if answer is None or timeout_s <= 0:  # no time to hear an answer in, as for real
+            self.clock.now += timeout_s
+            raise Unreachable(f"no answer from {self.endpoint} within {timeout_s:g} s")
+        return answer
+
+
+MADE: list[ApiClient] = []
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    fake = Clock()
+    monkeypatch.setattr(client_module, "time", fake)
+    yield fake
+    while MADE:
+        MADE.pop().close()  # its transport: every socket and context closed
+
+
+def make(
+    clock: Clock, endpoints: list[str], servers: dict[str, Behaviour], timeout_s: float = 10.0
+) -> tuple[FakeClient, list[str]]:
+    told: list[str] = []
+    c = FakeClient(endpoints, servers, clock, timeout_s=timeout_s, on_wait=told.append)
+    MADE.append(c)
+    return c, told
+
+
+# --- the pure parts ---------------------------------------------------------------------------
+
+
+def test_the_next_server_is_the_named_leader_else_the_next_in_turn() -> None:
+    f = Failover([A, B, C])
+    assert f.current == A
+    assert f.refused(C) == C
+    assert f.refused(None) == A  # wraps round
+    assert f.silent() == B
+    assert f.refused("tcp://unlisted:1") == "tcp://unlisted:1"
+    assert f.silent() == A  # from an unlisted one, the turn starts over
+
+
+def test_no_endpoint_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError):
+        Failover([])
+
+
+@pytest.mark.parametrize(
+    ("method", "safe"),
+    [
+        ("job.status", True),
+        ("job.watch", True),
+        ("job.list", True),
+        ("server.info", True),
+        ("node.list", True),
+        ("job.abort", True),
+        ("key.list", True),
+        ("key.show", True),
+        ("job.start", False),
+        ("key.add", False),
+        ("key.delete", False),
+        ("no.such", False),
+    ],
+)
+def test_only_what_cannot_happen_twice_is_sent_again_after_silence(method: str, safe: bool) -> None:
+    assert resend_safe(method) is safe
+
+
+# --- the policy over a fake exchange ---------------------------------------------------------
+
+
+def test_a_standby_naming_the_leader_is_a_detour_not_a_wait(clock: Clock) -> None:
+    c, told = make(clock, [A, B], {A: not_leader(B), B: ok()})
+    assert c.call("job.status", {"job_id": "x"}) == "done"
+    assert c.sent == [(A, "job.status"), (B, "job.status")]
+    assert told == [] and c.endpoint == B
+
+
+def test_a_read_after_silence_goes_to_the_next_server(clock: Clock) -> None:
+    c, told = make(clock, [A, B], {B: ok()})
+    assert c.call("job.list") == "done"
+    assert c.sent == [(A, "job.list"), (B, "job.list")]
+    assert told == [WAITING]
+    assert clock.now == pytest.approx(1000.0 + 10.0 / 4)  # A had its share of the timeout
+
+
+def test_job_start_is_sent_only_to_a_server_that_answers(clock: Clock) -> None:
+    c, _ = make(clock, [A, B], {B: ok({"job": {}})})
+    c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert c.sent == [(A, "server.list"), (B, "server.list"), (B, "job.start")]
+
+
+def test_job_start_met_by_silence_is_not_sent_again(clock: Clock) -> None:
+    servers: dict[str, Behaviour] = {A: lambda m: reply(ok=True) if m == "server.list" else None}
+    servers[B] = ok()
+    c, _ = make(clock, [A, B], servers)
+    with pytest.raises(Unreachable, match="may have reached it"):
+        c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert [s for s in c.sent if s[1] == "job.start"] == [(A, "job.start")]
+
+
+def test_job_start_refused_is_sent_to_the_leader(clock: Clock) -> None:
+    c, _ = make(clock, [A, B], {A: not_leader(B), B: ok()})
+    c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert c.sent == [(A, "server.list"), (A, "job.start"), (B, "server.list"), (B, "job.start")]
+
+
+def test_during_a_takeover_it_waits_for_a_leader_and_says_so_once(clock: Clock) -> None:
+    answers = iter([*[not_leader()] * 6, ok()])
+    current = {"a": next(answers)}
+
+    def a(method: str) -> ApiReply | None:
+        if method.startswith("job."):
+            current["a"] = next(answers)
+        return current["a"](method)
+
+    c, told = make(clock, [A], {A: a})
+    assert c.call("job.status", {"job_id": "x"}) == "done"
+    assert told == [WAITING]
+    assert clock.now - 1000.0 < 10.0
+
+
+def test_no_leader_within_the_timeout_is_not_leader_exit_6(clock: Clock) -> None:
+    c, told = make(clock, [A, B], {A: not_leader(), B: not_leader()}, timeout_s=3.0)
+    with pytest.raises(ApiError) as raised:
+        c.call("job.list")
+    assert raised.value.code == methods.NOT_LEADER
+    assert "no server leads" in str(raised.value) and told == [WAITING]
+    assert clock.now == pytest.approx(1003.0, abs=0.3)
+
+
+def test_every_server_silent_is_unreachable_naming_them_all(clock: Clock) -> None:
+    c, _ = make(clock, [A, B], {}, timeout_s=4.0)
+    with pytest.raises(Unreachable, match=f"no answer from {A} or {B} within 4 s"):
+        c.call("job.list")
+    assert clock.now == pytest.approx(1004.0)
+
+
+def test_one_silent_server_is_unreachable_after_the_whole_timeout(clock: Clock) -> None:
+    c, told = make(clock, [A], {})
+    with pytest.raises(Unreachable):
+        c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert c.sent == [(A, "job.start")]  # one server: nothing to probe, no one else to ask
+    assert told == [] and clock.now == pytest.approx(1010.0)
+
+
+def test_other_refusals_are_not_retried(clock: Clock) -> None:
+    refused = reply(ok=False, error=ErrorBody(methods.NOT_FOUND, "no job 'x'"))
+    c, _ = make(clock, [A, B], {A: lambda m: refused})
+    with pytest.raises(ApiError, match="no job"):
+        c.call("job.status", {"job_id": "x"})
+    assert c.sent == [(A, "job.status")]
+
+
+# --- the config ---------------------------------------------------------------------------
+
+
+def write(path: Path, server: str) -> Path:
+    path.write_text(
+        f'[client]\nserver = {server}\nserver_key = "/k/server.pub"\nuser_key = "/k/a.key"\n'
+    )
+    return path
+
+
+def test_the_config_takes_one_server_or_several(tmp_path: Path) -> None:
+    one = userconfig.load(write(tmp_path / "one.toml", f'"{A}"'))
+    assert one.endpoints() == [A]
+    several = userconfig.load(write(tmp_path / "two.toml", f'["{A}", "{B}"]'))
+    assert several.endpoints() == [A, B]
+    override = userconfig.load(write(tmp_path / "o.toml", f'"{A}"'), server=f"{B},{C}")
+    assert override.endpoints() == [B, C]
+
+
+def test_an_empty_server_list_is_a_missing_server(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"client\.server"):
+        userconfig.load(write(tmp_path / "none.toml", "[]"))
+
+
+def test_one_server_standing_by_is_waited_for_then_not_leader(clock: Clock) -> None:
+    c, told = make(clock, [A], {A: not_leader()}, timeout_s=1.0)
+    with pytest.raises(ApiError) as raised:
+        c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert raised.value.code == methods.NOT_LEADER, raised.value
+    assert "no server leads" in str(raised.value) and told == [WAITING]
+    assert all(method == "job.start" for _, method in c.sent)  # refused each time: safe
+
+
+def test_with_several_servers_a_watch_is_polled_in_shorter_waits(clock: Clock) -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Recording(FakeClient):
+        def _exchange(self, method: str, params: dict[str, Any], timeout_s: float) -> ApiReply:
+            seen.append({**params, "timeout_s": timeout_s})
+            return super()._exchange(method, params, timeout_s)
+
+    c = Recording([A, B], {B: ok()}, clock, timeout_s=10.0)
+    MADE.append(c)
+    c.call("job.watch", {"job_id": "x", "version": 1, "wait_s": 10.0})
+    assert [s["wait_s"] for s in seen] == [2.5, 2.5]
+    assert seen[0]["timeout_s"] == 5.0  # a dead A costs its share plus the shorter wait

@@ -1,0 +1,47 @@
+"""``pushjobs server list``'s table: one row per server, leader first as the server sorted
+them, the one that answered marked, and a word when no server has written yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pushjobs.cli.server import render_list
+
+ROWS: list[dict[str, Any]] = [
+    {
+        "name": "server",
+        "incarnation": "aa11",
+        "role": "leader",
+        "epoch": 4,
+        "last_pong_ms_ago": 420,
+        "api": "tcp://10.0.0.5:7700",
+        "heartbeat": "tcp://10.0.0.5:7701",
+        "reply": "tcp://10.0.0.5:7702",
+        "self": False,
+    },
+    {
+        "name": "server",
+        "incarnation": "bb22",
+        "role": "standby",
+        "epoch": None,
+        "last_pong_ms_ago": 1260,
+        "api": "tcp://10.0.0.6:7700",
+        "heartbeat": "tcp://10.0.0.6:7701",
+        "reply": "tcp://10.0.0.6:7702",
+        "self": True,
+    },
+]
+
+
+def test_one_row_per_server_with_role_epoch_last_pong_and_endpoints() -> None:
+    assert render_list(ROWS).splitlines() == [
+        "server         role     epoch  last pong  api                  heartbeat            reply",
+        "server:aa11    leader   4      0.4 s ago  tcp://10.0.0.5:7700  tcp://10.0.0.5:7701"
+        "  tcp://10.0.0.5:7702",
+        "server:bb22 *  standby  -      1.3 s ago  tcp://10.0.0.6:7700  tcp://10.0.0.6:7701"
+        "  tcp://10.0.0.6:7702",
+    ]
+
+
+def test_no_server_yet_is_said_plainly() -> None:
+    assert render_list([]) == "no server has written to the control topic yet"

@@ -1,0 +1,150 @@
+"""Schedules end to end: a real server killed -9 around fire times, real agents, and every
+due time producing exactly one job that each node ran once.
+
+``PUSHJOBS_SCHEDULE_SEED=N`` replays one round's kill moments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.main import app
+from pushjobs.errors import ApiError, Unreachable
+from server.schedule import fire_job_id
+from tests.e2e.conftest import TERMINAL, Fleet
+from tests.support import wait_until
+
+pytestmark = pytest.mark.e2e
+
+PERIOD_S = 2
+RUN_S = 24.0
+KILLS = 3
+
+
+def _call(fleet: Fleet, method: str, params: dict[str, object]) -> dict[str, object] | None:
+    """The result, or None while a restarted server is not serving yet."""
+    try:
+        result: dict[str, object] = fleet.call(method, params)
+        return result
+    except Unreachable:
+        fleet.reconnect()
+        return None
+    except ApiError as exc:
+        if exc.code == "not_leader":
+            return None
+        raise
+
+
+def _restart_at(fleet: Fleet, moment: float) -> None:
+    wait_until(lambda: time.time() >= moment, 30.0, 0.01)
+    fleet.sandbox.kill("server", signal.SIGKILL)
+    fleet.reconnect()
+    fleet.sandbox.start_server()
+
+
+def _stamps(root: Path, node: str) -> list[str]:
+    path = root / f"stamps-{node}"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_each_due_time_runs_once_on_each_node_across_server_kills(fleet: Fleet) -> None:
+    seed = int(os.environ.get("PUSHJOBS_SCHEDULE_SEED", random.randrange(10**6)))
+    rng = random.Random(seed)
+    added = fleet.call(
+        "schedule.add",
+        {
+            "command": "stamp",
+            "nodes": fleet.sandbox.nodes,
+            "cron": f"*/{PERIOD_S} * * * * *",
+            "catch_up": "all",
+            "overlap": "queue",
+        },
+    )["schedule"]
+    sid = added["schedule_id"]
+    first_due = added["next_due_ms"]
+    # Kill -9 at seeded moments within 300 ms of a due time, a few fires apart.
+    fire_s = first_due / 1000
+    for _ in range(KILLS):
+        fire_s += PERIOD_S * rng.randint(2, 4)
+        _restart_at(fleet, fire_s + rng.uniform(-0.3, 0.3))
+    end_s = max(fire_s + PERIOD_S, first_due / 1000 + RUN_S)
+    wait_until(lambda: time.time() >= end_s, 60.0, 0.05)
+    wait_until(lambda: _call(fleet, "schedule.pause", {"schedule_id": sid}), 30.0, 0.05)
+    paused = fleet.call("schedule.show", {"schedule_id": sid})["schedule"]
+    last_due = paused["consumed_ms"]
+
+    dues = list(range(first_due, last_due + 1, PERIOD_S * 1000))
+    expected = [fire_job_id(sid, due) for due in dues]
+
+    def all_ended() -> bool:
+        for job_id in expected:
+            job = _call(fleet, "job.status", {"job_id": job_id, "nodes": False})
+            if job is None or job["job"]["state"] not in TERMINAL:  # type: ignore[index]
+                return False
+        return True
+
+    wait_until(all_ended, 60.0, 0.1)
+    listed = fleet.call("job.list", {"limit": 1000})["jobs"]
+    fired = sorted(j["job_id"] for j in listed if j["command"] == "stamp")
+    context = f"seed {seed}"
+    assert len(dues) >= RUN_S / PERIOD_S - 1, context
+    assert sorted(expected) == fired, context  # each due time: one job, none other
+    for job_id in expected:
+        job = fleet.call("job.status", {"job_id": job_id})["job"]
+        assert job["summary"] == {"succeeded": 3}, (context, job_id, job["summary"])
+    for node in fleet.sandbox.nodes:
+        ran = _stamps(fleet.root, node)
+        assert sorted(ran) == sorted(expected), (context, node)  # each job once per node
+
+
+def cli(fleet: Fleet, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(
+        app, list(args), env={"PUSHJOBS_CONFIG": str(fleet.sandbox.client_config_path)}
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_schedule_commands(shared_fleet: Fleet) -> None:
+    code, out, err = cli(shared_fleet, "schedule", "add", "stamp", "node-1", "--in", "1s", "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    sid = added["schedule_id"]
+    assert added["trigger"]["at_ms"] == added["next_due_ms"]
+
+    def fired() -> list[dict[str, object]]:
+        code, out, _ = cli(shared_fleet, "schedule", "history", sid, "--json")
+        fires: list[dict[str, object]] = json.loads(out)["fires"] if code == 0 else []
+        return [f for f in fires if f["job_state"] in TERMINAL]
+
+    [fire] = wait_until(fired, 20.0, 0.1)
+    assert fire["job_id"] == fire_job_id(sid, added["next_due_ms"])
+    assert fire["job_state"] == "complete"
+    cron_args = ["--cron", "0 3 * * *", "--tz", "Europe/Berlin", "--catch-up", "skip"]
+    code, out, _ = cli(
+        shared_fleet, "schedule", "add", "stamp", "node-*", *cron_args, "--overlap", "queue"
+    )
+    assert code == 0 and "cron '0 3 * * *' Europe/Berlin" in out
+    cron_id = out.split()[1].rstrip(":")
+    code, out, _ = cli(shared_fleet, "schedule", "list")
+    assert code == 0 and sid in out and cron_id in out
+    code, out, _ = cli(shared_fleet, "schedule", "pause", cron_id)
+    assert code == 0 and "paused" in out
+    code, out, _ = cli(shared_fleet, "schedule", "show", cron_id)
+    assert code == 0 and "next      paused" in out and "overlap   queue" in out
+    code, out, _ = cli(shared_fleet, "schedule", "resume", cron_id, "--json")
+    assert code == 0 and json.loads(out)["schedule"]["paused"] is False
+    for gone in (cron_id, sid):
+        assert cli(shared_fleet, "schedule", "delete", gone)[0] == 0
+    code, _, err = cli(shared_fleet, "schedule", "show", cron_id)
+    assert code == Exit.NOT_FOUND and "no schedule" in err
+    code, _, err = cli(shared_fleet, "schedule", "add", "stamp", "node-1", "--cron", "61 * * * *")
+    assert code == Exit.USAGE and "cron" in err

@@ -1,0 +1,253 @@
+"""Server membership on the control topic: the fold (who leads), and two servers writing
+and reading it through their leaderships (fake clock, memory log)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pushjobs.api import methods
+from pushjobs.clock import FakeClock
+from pushjobs.errors import ApiError, BackendUnavailable
+from pushjobs.log.base import Batch, Fence
+from pushjobs.log.memory import MemoryLog, MemoryStore
+from pushjobs.log.topics import create_standard_topics
+from server.leadership import Leadership
+from server.membership import (
+    LEADER,
+    STANDBY,
+    Member,
+    Membership,
+    Roster,
+    advertised_api,
+    decode,
+)
+
+SESSION_S = 1.5
+STALE_MS = 2250  # 1.5 sessions
+NOW = 1_700_000_000_000
+
+
+def member(inc: str, role: str = STANDBY, *, epoch: int | None = None, ts: int = NOW) -> Member:
+    return Member(
+        name="server",
+        incarnation=inc,
+        role=role,
+        epoch=epoch,
+        api=f"tcp://h:{inc}",
+        heartbeat=f"tcp://h:{inc}1",
+        reply=f"tcp://h:{inc}2",
+        ts=ts,
+    )
+
+
+def roster(*members: Member) -> Roster:
+    r = Roster(STALE_MS)
+    for m in members:
+        r.apply(m.key, m.encode())
+    return r
+
+
+# --- the fold ------------------------------------------------------------------------------
+
+
+def test_the_leader_is_the_fresh_claim_with_the_highest_epoch() -> None:
+    old = member("a", LEADER, epoch=1, ts=NOW)  # deposed, not yet noticed: still claims
+    new = member("b", LEADER, epoch=2, ts=NOW - 500)
+    r = roster(old, new, member("c"))
+    found = r.leader(NOW)
+    assert found is not None and found.incarnation == "b"
+
+
+def test_a_stale_claim_is_not_believed() -> None:
+    r = roster(member("a", LEADER, epoch=3, ts=NOW - STALE_MS - 1), member("b"))
+    assert r.leader(NOW) is None
+    assert r.leader(NOW - 1) is not None  # one ms earlier it was still fresh
+
+
+def test_a_server_never_names_itself() -> None:
+    r = roster(member("a", LEADER, epoch=1), member("b"))
+    assert r.leader(NOW, besides="a") is None
+
+
+def test_the_latest_record_per_server_wins_and_a_tombstone_removes_it() -> None:
+    r = roster(member("a", LEADER, epoch=1, ts=NOW - 100), member("a", STANDBY, ts=NOW))
+    assert r.leader(NOW) is None  # a stood by after its claim
+    r.apply(member("a").key, None)
+    assert r.members == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"name": "server"}',
+        member("a").encode().replace(b'"standby"', b'"king"'),
+        member("a").encode().replace(b'"epoch":null', b'"epoch":"7"'),
+    ],
+)
+def test_a_record_that_is_not_a_members_is_counted_and_skipped(value: bytes) -> None:
+    r = roster(member("b"))
+    r.apply(member("a").key, value)
+    assert r.bad == 1 and set(r.members) == {member("b").key}
+
+
+def test_a_record_under_another_servers_key_is_refused() -> None:
+    r = Roster(STALE_MS)
+    r.apply(member("b").key, member("a", LEADER, epoch=9).encode())
+    assert r.bad == 1 and r.leader(NOW) is None
+
+
+def test_rows_put_the_leader_first_and_say_who_is_deposed_or_gone() -> None:
+    r = roster(
+        member("s"),
+        member("gone", ts=NOW - STALE_MS - 1),
+        member("old", LEADER, epoch=1),
+        member("new", LEADER, epoch=2),
+    )
+    rows = r.rows(NOW + 10)
+    assert [(row["incarnation"], row["role"]) for row in rows] == [
+        ("new", LEADER),
+        ("s", STANDBY),
+        ("old", "deposed"),
+        ("gone", "gone"),
+    ]
+    assert rows[0]["epoch"] == 2 and rows[0]["last_pong_ms_ago"] == 10
+    assert rows[0]["api"] == "tcp://h:new"
+
+
+def test_decode_reads_back_what_encode_wrote() -> None:
+    m = member("a", LEADER, epoch=4)
+    assert decode(m.encode()) == m
+
+
+@pytest.mark.parametrize(
+    ("bound", "host", "expected"),
+    [
+        ("tcp://127.0.0.1:7700", "", "tcp://127.0.0.1:7700"),
+        ("tcp://127.0.0.1:7700", "pj1.example", "tcp://pj1.example:7700"),
+        ("tcp://0.0.0.0:7700", "10.0.0.5", "tcp://10.0.0.5:7700"),
+    ],
+)
+def test_the_api_endpoint_named_to_others(bound: str, host: str, expected: str) -> None:
+    assert advertised_api(bound, host) == expected
+
+
+def test_an_api_bound_to_every_interface_is_named_by_this_hosts_name() -> None:
+    named = advertised_api("tcp://0.0.0.0:7700", "")
+    assert named.startswith("tcp://") and named.endswith(":7700") and "0.0.0.0" not in named
+
+
+# --- two servers on one log ------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, store: MemoryStore, clock: FakeClock, inc: str) -> None:
+        self.log = MemoryLog(store, clock=clock)
+        topics = create_standard_topics(self.log)
+        self.topics = topics
+        self.leadership = Leadership.join(self.log, topics, "pushjobs.", f"server:{inc}", SESSION_S)
+        ends = {"api": f"tcp://h:{inc}", "heartbeat": "tcp://h:1", "reply": "tcp://h:2"}
+        self.membership = Membership(self.leadership, "server", inc, ends, clock)
+
+    def renew(self, clock: FakeClock) -> None:
+        self.leadership.renew(clock.monotonic())
+        self.membership.beat()
+
+
+def two(clock: FakeClock) -> tuple[Server, Server]:
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
+    a.renew(clock)
+    b.renew(clock)
+    a.renew(clock)  # a reads b's first record
+    return a, b
+
+
+def test_a_standby_names_the_leaders_api_and_the_leader_names_nobody() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    assert a.leadership.leader and not b.leadership.leader
+    assert b.membership.leader_api() == "tcp://h:a"
+    assert a.membership.leader_api() is None
+    assert [(r["incarnation"], r["role"]) for r in a.membership.rows()] == [
+        ("a", LEADER),
+        ("b", STANDBY),
+    ]
+
+
+def test_after_a_takeover_the_new_leader_is_named_and_the_old_claim_goes_stale() -> None:
+    clock = FakeClock()
+    _a, b = two(clock)
+    clock.advance(SESSION_S + 1)  # a is silent past its session (killed)
+    b.renew(clock)
+    assert b.leadership.leader
+    rows = b.membership.rows()
+    assert [(r["incarnation"], r["role"]) for r in rows] == [("b", LEADER), ("a", "gone")]
+    assert rows[0]["epoch"] == b.leadership.epoch
+
+
+def test_a_server_that_leaves_is_forgotten_by_the_others() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    b.membership.leave()
+    clock.advance(SESSION_S / 3)
+    a.renew(clock)
+    assert [r["incarnation"] for r in a.membership.rows()] == ["a"]
+
+
+def test_a_standby_writes_its_record_but_no_decision() -> None:
+    clock = FakeClock()
+    _a, b = two(clock)
+    control = b.topics.control
+    assert b.log.end_offset(control) >= 2
+    for topic in (b.topics.commands, b.topics.assignments):
+        with pytest.raises(ApiError) as raised:
+            b.leadership.append(topic, [("job:x", b"{}")])
+        assert raised.value.code == methods.NOT_LEADER
+        assert b.log.end_offset(topic) == 0
+
+
+def test_a_deposed_leaders_late_claim_is_fenced() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    clock.advance(SESSION_S + 1)
+    b.renew(clock)  # b took over; a has not noticed
+    a.membership.beat()  # its claim carries the old epoch: refused, and it stands by
+    assert not a.leadership.leader
+    latest = a.log.latest(a.topics.control)
+    assert latest[a.membership.me(0).key].value is not None
+    assert decode(latest["server:server:a"].value or b"").role == LEADER  # the old record
+    assert a.membership.failing
+
+
+class Outage(MemoryLog):
+    """A log that refuses every write (a full disk, brokers down)."""
+
+    def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
+        raise BackendUnavailable("disk full")
+
+
+def test_a_log_outage_is_logged_once_and_the_roster_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    _a, b = two(clock)
+    b.membership.log = Outage(MemoryStore(), clock=clock)
+    b.leadership.log = b.membership.log
+    before = dict(b.membership.roster.members)
+    for _ in range(3):
+        b.membership.beat()
+    assert b.membership.failing and b.membership.roster.members == before
+    assert caplog.text.count("control topic failed") == 1
+    assert b.membership.leader_api() == "tcp://h:a"
+
+
+def test_a_just_deposed_server_reads_the_topic_before_it_names_no_leader() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    clock.advance(SESSION_S + 1)  # a was stopped past its session
+    b.renew(clock)  # b took over and said so
+    a.leadership.renew(clock.monotonic())  # a wakes: deposed, no beat (no read) yet
+    assert not a.leadership.leader
+    assert a.membership.leader_api() == "tcp://h:b"
