@@ -36,7 +36,10 @@ def duration(seconds: float) -> str:
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:g} ms"
+    # Two significant digits below 10 ms, whole milliseconds above: 0.7, 3.1, 42 ms.
+    if value is None:
+        return "-"
+    return f"{value:.2g} ms" if value < 10 else f"{value:.0f} ms"
 
 
 def _counts(counts: Mapping[str, int], order: list[str] | None = None) -> str:

@@ -55,3 +55,9 @@ def test_an_older_server_without_the_new_figures_still_renders() -> None:
 
 def test_durations_show_their_two_largest_units() -> None:
     assert [duration(s) for s in (42, 312, 7380, 273600)] == ["42s", "5m 12s", "2h 03m", "3d 4h"]
+
+
+def test_latencies_read_alike_whatever_their_size() -> None:
+    from pushjobs.cli.server import _ms
+
+    assert [_ms(v) for v in (0.7, 3.062, 42.4, None)] == ["0.7 ms", "3.1 ms", "42 ms", "-"]
