@@ -14,6 +14,21 @@ import typer
 from pushjobs.cli import jobview, userconfig
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.follow import INTERRUPTED, follow
+from pushjobs.cli.jobopts import (
+    BatchOpt,
+    BatchWaitOpt,
+    CaptureOpt,
+    CommandArg,
+    CwdOpt,
+    EnvFileOpt,
+    EnvOpt,
+    MaxFailuresOpt,
+    NodesArg,
+    QuorumOpt,
+    SecretEnvOpt,
+    TimeoutOpt,
+    VoteTimeoutOpt,
+)
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.errors import ApiError
 from pushjobs.quorum import Quorum, Share
@@ -141,79 +156,19 @@ def batch_params(
 @app.command("start")
 @handle_errors
 def start(
-    command: Annotated[str, typer.Argument(help="A command name the agents whitelist.")],
-    nodes: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="NODE...", help="Names, globs (web-*), or queries (os=linux,tag=web)."
-        ),
-    ],
-    quorum: Annotated[
-        str,
-        typer.Option("--quorum", help="Nodes that must be ready: a count (3) or a percent (75%)."),
-    ] = "100%",
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Run timeout, seconds.", show_default=False)
-    ] = None,
-    vote_timeout: Annotated[
-        float | None,
-        typer.Option("--vote-timeout", help="Seconds nodes have to accept.", show_default=False),
-    ] = None,
-    capture: Annotated[
-        bool,
-        typer.Option(
-            "--capture", help="Keep stdout/stderr of every node (failures always keep theirs)."
-        ),
-    ] = False,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", help="NAME=VALUE for the command; repeatable.", show_default=False),
-    ] = None,
-    secret_env: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--secret-env",
-            help="NAME=VALUE (or NAME: its value here) set like --env but kept secret: "
-            "sealed on the server, never shown; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    env_file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--env-file",
-            help="A file of NAME=VALUE lines, every one sent as --secret-env; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None,
-        typer.Option("--cwd", help="Working directory on the nodes.", show_default=False),
-    ] = None,
-    batch: Annotated[
-        str | None,
-        typer.Option(
-            "--batch",
-            help="Run on at most N nodes (or P% of the targets) at a time, starting the next "
-            "as soon as one finishes; --timeout then bounds each node's run.",
-            show_default=False,
-        ),
-    ] = None,
-    batch_wait: Annotated[
-        float | None,
-        typer.Option(
-            "--batch-wait", help="With --batch: seconds between starts.", show_default=False
-        ),
-    ] = None,
-    max_failures: Annotated[
-        str | None,
-        typer.Option(
-            "--max-failures",
-            help="With --batch: after N (or P%) nodes failed, crashed or timed out, start no "
-            "more; the job ends halted.",
-            show_default=False,
-        ),
-    ] = None,
+    command: CommandArg,
+    nodes: NodesArg,
+    quorum: QuorumOpt = "100%",
+    timeout: TimeoutOpt = None,
+    vote_timeout: VoteTimeoutOpt = None,
+    capture: CaptureOpt = False,
+    env: EnvOpt = None,
+    secret_env: SecretEnvOpt = None,
+    env_file: EnvFileOpt = None,
+    cwd: CwdOpt = None,
+    batch: BatchOpt = None,
+    batch_wait: BatchWaitOpt = None,
+    max_failures: MaxFailuresOpt = None,
     nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
     abort_on_interrupt: Annotated[
         bool,

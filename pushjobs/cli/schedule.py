@@ -10,6 +10,21 @@ import typer
 
 from pushjobs.cli import userconfig
 from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt, batch_params, job_env, usage
+from pushjobs.cli.jobopts import (
+    BatchOpt,
+    BatchWaitOpt,
+    CaptureOpt,
+    CommandArg,
+    CwdOpt,
+    EnvFileOpt,
+    EnvOpt,
+    MaxFailuresOpt,
+    NodesArg,
+    QuorumOpt,
+    SecretEnvOpt,
+    TimeoutOpt,
+    VoteTimeoutOpt,
+)
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.quorum import Quorum
 
@@ -48,13 +63,8 @@ def duration_s(text: str) -> float:
 @app.command("add")
 @handle_errors
 def add(
-    command: Annotated[str, typer.Argument(help="A command name the agents whitelist.")],
-    nodes: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="NODE...", help="Names, globs (web-*), or queries (os=linux,tag=web)."
-        ),
-    ],
+    command: CommandArg,
+    nodes: NodesArg,
     at: Annotated[
         str | None,
         typer.Option(
@@ -98,59 +108,17 @@ def add(
             help="When the previous run is still active: skip, queue (run after it), allow.",
         ),
     ] = "skip",
-    quorum: Annotated[
-        str,
-        typer.Option("--quorum", help="Nodes that must be ready: a count (3) or a percent (75%)."),
-    ] = "100%",
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Run timeout, seconds.", show_default=False)
-    ] = None,
-    vote_timeout: Annotated[
-        float | None,
-        typer.Option("--vote-timeout", help="Seconds nodes have to accept.", show_default=False),
-    ] = None,
-    capture: Annotated[
-        bool, typer.Option("--capture", help="Keep stdout/stderr of every node.")
-    ] = False,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", help="NAME=VALUE for the command; repeatable.", show_default=False),
-    ] = None,
-    secret_env: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--secret-env",
-            help="NAME=VALUE (or NAME: its value here), sealed on the server; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    env_file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--env-file", help="NAME=VALUE lines, sent as --secret-env.", show_default=False
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None, typer.Option("--cwd", help="Working directory.", show_default=False)
-    ] = None,
-    batch: Annotated[
-        str | None,
-        typer.Option("--batch", help="At most N (or P%) nodes at a time.", show_default=False),
-    ] = None,
-    batch_wait: Annotated[
-        float | None,
-        typer.Option(
-            "--batch-wait", help="With --batch: seconds between starts.", show_default=False
-        ),
-    ] = None,
-    max_failures: Annotated[
-        str | None,
-        typer.Option(
-            "--max-failures",
-            help="With --batch: stop after N (or P%) failures.",
-            show_default=False,
-        ),
-    ] = None,
+    quorum: QuorumOpt = "100%",
+    timeout: TimeoutOpt = None,
+    vote_timeout: VoteTimeoutOpt = None,
+    capture: CaptureOpt = False,
+    env: EnvOpt = None,
+    secret_env: SecretEnvOpt = None,
+    env_file: EnvFileOpt = None,
+    cwd: CwdOpt = None,
+    batch: BatchOpt = None,
+    batch_wait: BatchWaitOpt = None,
+    max_failures: MaxFailuresOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,
