@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from pushjobs.errors import FencedError
 from pushjobs.log.base import NamedMember
 from pushjobs.log.kafka_client import load, translate, translate_exception
+
+CLOSE_WAIT_S = 10.0
 
 if TYPE_CHECKING:
     from pushjobs.log.kafka import KafkaLog
@@ -132,13 +135,28 @@ class KafkaGroupMember(NamedMember):
         self.is_open = False
         self.epoch = None
         self._held.clear()
+        # Leaves the group, so the next member is assigned without waiting for a session
+        # timeout. librdkafka's close can block for good (seen on the mock cluster with the
+        # classic protocol, waiting on a final rebalance): it gets a bounded wait on a
+        # thread of its own, after which the broker's session timeout removes the member.
+        closer = threading.Thread(target=self._close_consumer, daemon=True)
+        closer.start()
+        closer.join(CLOSE_WAIT_S)
+        if closer.is_alive():
+            log.warning(
+                "group %s member %s: close did not finish within %g s; the broker's session "
+                "timeout will end the membership",
+                self.group,
+                self._member_id,
+                CLOSE_WAIT_S,
+            )
+        self._log.forget_member(self)
+
+    def _close_consumer(self) -> None:
         try:
-            # Leaves the group, so the next member is assigned without waiting for a
-            # session timeout.
             self.consumer.close()
         except (self._ck.KafkaException, RuntimeError) as exc:
             log.info("group %s member %s: close: %s", self.group, self._member_id, exc)
-        self._log.forget_member(self)
 
     def _confirmed_by_coordinator(self) -> bool:
         """Is this consumer still a member of the group's current generation?"""
