@@ -153,6 +153,47 @@ def batch_params(
     return params
 
 
+def job_params(
+    command: str,
+    nodes: list[str],
+    *,
+    quorum: str,
+    timeout: float | None,
+    vote_timeout: float | None,
+    capture: bool,
+    cwd: str | None,
+    env: list[str] | None,
+    secret_env: list[str] | None,
+    env_file: list[Path] | None,
+    batch: str | None,
+    batch_wait: float | None,
+    max_failures: str | None,
+) -> dict[str, Any]:
+    """The ``job.start`` params of the job options (``jobopts.py``), checked as far as
+    the CLI can: ``job start`` and ``schedule add`` build them alike."""
+    try:
+        Quorum.parse(quorum)
+    except ValueError as exc:
+        raise usage(str(exc)) from None
+    for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
+        if value is not None and value <= 0:
+            raise usage(f"{name} must be greater than 0")
+    params: dict[str, Any] = {
+        "command": command,
+        "nodes": nodes,
+        "quorum": quorum,
+        "capture": capture,
+        "cwd": cwd,
+        **job_env(env or [], secret_env or [], env_file or []),
+        **batch_params(batch, batch_wait, max_failures),
+    }
+    if timeout is not None:
+        params["timeout_s"] = timeout
+    if vote_timeout is not None:
+        params["vote_timeout_s"] = vote_timeout
+    return params
+
+
 @app.command("start")
 @handle_errors
 def start(
@@ -192,26 +233,21 @@ def start(
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
     """
-    try:
-        Quorum.parse(quorum)
-    except ValueError as exc:
-        raise usage(str(exc)) from None
-    for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
-        if value is not None and value <= 0:
-            raise usage(f"{name} must be greater than 0")
-    params: dict[str, Any] = {
-        "command": command,
-        "nodes": nodes,
-        "quorum": quorum,
-        "capture": capture,
-        "cwd": cwd,
-        **job_env(env or [], secret_env or [], env_file or []),
-    }
-    if timeout is not None:
-        params["timeout_s"] = timeout
-    if vote_timeout is not None:
-        params["vote_timeout_s"] = vote_timeout
-    params.update(batch_params(batch, batch_wait, max_failures))
+    params = job_params(
+        command,
+        nodes,
+        quorum=quorum,
+        timeout=timeout,
+        vote_timeout=vote_timeout,
+        capture=capture,
+        cwd=cwd,
+        env=env,
+        secret_env=secret_env,
+        env_file=env_file,
+        batch=batch,
+        batch_wait=batch_wait,
+        max_failures=max_failures,
+    )
     with userconfig.connect(config, server) as client:
         try:
             job = client.call("job.start", params)["job"]

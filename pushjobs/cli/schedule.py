@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from pushjobs.cli import userconfig
-from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt, batch_params, job_env, usage
+from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt, job_params, usage
 from pushjobs.cli.jobopts import (
     BatchOpt,
     BatchWaitOpt,
@@ -26,7 +26,6 @@ from pushjobs.cli.jobopts import (
     VoteTimeoutOpt,
 )
 from pushjobs.cli.render import handle_errors, print_json, table
-from pushjobs.quorum import Quorum
 
 app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
 
@@ -139,35 +138,28 @@ def add(
         raise usage("--catch-up is skip, once or all")
     if overlap not in ("skip", "queue", "allow"):
         raise usage("--overlap is skip, queue or allow")
-    try:
-        Quorum.parse(quorum)
-    except ValueError as exc:
-        raise usage(str(exc)) from None
-    for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
-        if value is not None and value <= 0:
-            raise usage(f"{name} must be greater than 0")
-    params: dict[str, Any] = {
-        "command": command,
-        "nodes": nodes,
-        "quorum": quorum,
-        "capture": capture,
-        "cwd": cwd,
-        "tz": tz,
-        "catch_up": catch_up,
-        "overlap": overlap,
-        **job_env(env or [], secret_env or [], env_file or []),
-        **batch_params(batch, batch_wait, max_failures),
-    }
+    params = job_params(
+        command,
+        nodes,
+        quorum=quorum,
+        timeout=timeout,
+        vote_timeout=vote_timeout,
+        capture=capture,
+        cwd=cwd,
+        env=env,
+        secret_env=secret_env,
+        env_file=env_file,
+        batch=batch,
+        batch_wait=batch_wait,
+        max_failures=max_failures,
+    )
+    params.update(tz=tz, catch_up=catch_up, overlap=overlap)
     if at:
         params["at"] = at
     elif in_:
         params["in_s"] = duration_s(in_)
     else:
         params["cron"] = cron
-    if timeout is not None:
-        params["timeout_s"] = timeout
-    if vote_timeout is not None:
-        params["vote_timeout_s"] = vote_timeout
     with userconfig.connect(config, server) as client:
         schedule = client.call("schedule.add", params)["schedule"]
     if as_json:
