@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import zmq
 
 from pushjobs.transport.sockets import Transport, bound_endpoint
@@ -83,7 +85,10 @@ def test_domains_added_while_the_handler_runs_are_each_checked():
 def test_the_handler_survives_a_failing_decision(monkeypatch):
     import pushjobs.transport.zap as zap
 
+    called = threading.Event()
+
     def boom(request, checks):
+        called.set()
         raise RuntimeError("a bug in the policy")
 
     with Transport() as transport:
@@ -95,6 +100,9 @@ def test_the_handler_survives_a_failing_decision(monkeypatch):
         monkeypatch.setattr(zap, "decide", boom)
         refused = pusher(transport, pull, client, server)
         refused.send(b"while broken")
+        # Under load the handshake may reach the handler late: restoring the policy
+        # before it ran would admit this client and test nothing.
+        assert called.wait(10)
         assert pull.poll(300) == 0  # bounded: refused, not admitted
         monkeypatch.setattr(zap, "decide", decide)
         transport.close_socket(refused)
