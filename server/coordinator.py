@@ -4,7 +4,9 @@ Theory of operation. Each job is a ``Job`` state machine (``job.py``); the coord
 routes inputs to the jobs they concern and returns the effects in order, so the daemon
 can persist the changes before it sends the commands that follow from them.
 
-- ``submit`` creates a job and starts it on the nodes online now;
+- ``submit`` creates a job and starts it on the nodes online now; right after a takeover,
+  the targets this leader has not heard yet are waited for until the grace ends
+  (``awaiting.py``) instead of being ``unavailable`` at once;
 - ``reply`` routes a node's ack/nack/result to its job; a reply the job's table does not
   allow (a result after a timeout, a duplicate re-sent after a failover) is *late*: it is
   counted and changes nothing;
@@ -13,7 +15,8 @@ can persist the changes before it sends the commands that follow from them.
   ``commit`` while its job votes, a ``run`` while it is ready in a running job. That is how
   commands lost in a server restart or a network blip are sent again; the agent answers
   repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
-  nothing: its turn has not come (``batch.py``);
+  nothing: its turn has not come (``batch.py``). A target a job waited to hear from is
+  heard now, and gets its commit the same way;
 - ``tick`` applies vote and run deadlines.
 
 Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.
@@ -97,6 +100,8 @@ class Coordinator:
         run_timeout_ms: int,
         options: Mapping[str, Any],
         requested_by: str,
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
     ) -> list[Change]:
         if job_id in self.jobs:
             raise StateError(f"job {job_id} exists already")
@@ -113,7 +118,7 @@ class Coordinator:
         )
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
-        out += job.start(online, now_ms)
+        out += job.start(online, now_ms, unheard=unheard, unheard_until_ms=unheard_until_ms)
         self._after(job, out)
         return out
 
@@ -170,10 +175,12 @@ class Coordinator:
         return out
 
     def node_online(self, node: str) -> list[Send]:
-        """Commands to repeat to a node that (re)appeared; nothing changes state."""
+        """Commands to repeat to a node that (re)appeared; no job or node state changes
+        (a job that waited to hear from it stops waiting)."""
         out: list[Send] = []
         for job_id in self._active_by_node.get(node, ()):
             job = self.jobs[job_id]
+            job.heard(node)
             state = job.nodes[node].state
             if job.state.value == "voting" and state is NodeState.NEW:
                 out.append(Send("commit", job_id, node))

@@ -12,7 +12,9 @@ crashes it in its active jobs. Silence is only evidence once the queue is read: 
 batch means heartbeats are waiting that this server has not read (a 50,000-node job start,
 a GC pause), so expiry waits for a batch that is not full (counted ``expiry_deferred``).
 After a takeover, nodes that owe a result get a grace period to show up before they
-count as lost ("not seen since the server restarted").
+count as lost ("not seen since the server restarted"); a job started within that grace
+waits for the targets not heard yet in the same way (``awaiting.py``), and one lost here
+before it was heard is ``unavailable`` in that job, not ``crashed``.
 
 Killed at any line: nothing here is durable. Nodes start unknown on the next server and
 come online with their next heartbeats; results kept for a leader are re-sent by the

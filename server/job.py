@@ -1,7 +1,8 @@
 """The job state machine: one job over its target nodes (DESIGN section 6). Pure.
 
 Theory of operation. A job starts ``new``. ``start`` marks the nodes that are offline
-``unavailable`` and asks every other node to commit: the job is ``voting``. Each node
+``unavailable`` (right after a takeover, those not heard yet are waited for instead:
+``awaiting.py``) and asks every other node to commit: the job is ``voting``. Each node
 acks (``ready``) or nacks (``nacked``). Voting ends when no node is left to vote or the
 vote deadline passes (``tick``); nodes that never voted become ``unavailable``. Then if at
 least ``quorum`` nodes are ready, the ready nodes are told to run and the job is
@@ -39,6 +40,7 @@ from typing import Any
 from pushjobs.errors import StateError
 from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
+from server.awaiting import AwaitingNodes, Unheard
 from server.batch import BatchSpec, Window
 from server.effects import Effect, JobChanged, NodeChanged, Send
 from server.rolling import RollingBatch
@@ -53,7 +55,7 @@ __all__ = ["Job", "NodeRecord"]
 
 
 @dataclass(slots=True)
-class Job(RollingBatch, JobSnapshot):
+class Job(AwaitingNodes, RollingBatch, JobSnapshot):
     job_id: str
     command: str
     nodes: dict[str, NodeRecord]
@@ -83,6 +85,8 @@ class Job(RollingBatch, JobSnapshot):
     _rows: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
     _window: Window | None = field(default=None, init=False, repr=False, compare=False)
     _floor_ms: int = field(default=0, init=False, repr=False, compare=False)  # see ``rearm``
+    # Started right after a takeover: the targets not heard yet (``awaiting.py``).
+    _unheard: Unheard = field(default_factory=Unheard, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
@@ -168,20 +172,30 @@ class Job(RollingBatch, JobSnapshot):
 
     # --- inputs -------------------------------------------------------------------------
 
-    def start(self, online: Iterable[str], now_ms: int) -> list[Effect]:
-        """Begin voting: offline targets are unavailable, the others get a commit."""
+    def start(
+        self,
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
+    ) -> list[Effect]:
+        """Begin voting: offline targets are unavailable, the others get a commit; the
+        ``unheard`` ones (after a takeover) are waited for until ``unheard_until_ms``."""
         if self.state is not JobState.NEW:
             raise StateError(f"job {self.job_id}: cannot start while {self.state}")
         alive = set(online)
         out: list[Effect] = []
         self._job(JobEvent.START, now_ms, out)
         self.started_ms = now_ms
-        self.vote_deadline_ms = now_ms + self.vote_timeout_ms
+        waited = (name for name in unheard if name not in alive)
+        deadline_ms = self._await(waited, unheard_until_ms, now_ms + self.vote_timeout_ms)
+        self.vote_deadline_ms = deadline_ms
         for name in self.nodes:
-            if name not in alive:
+            if name not in alive and not self.awaits(name):
                 self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
         for name, record in self.nodes.items():
-            if record.state is NodeState.NEW:
+            if record.state is NodeState.NEW and not self.awaits(name):
                 out.append(Send("commit", self.job_id, name))
         self._maybe_end_voting(now_ms, out, deadline_passed=False)
         return out
@@ -229,7 +243,9 @@ class Job(RollingBatch, JobSnapshot):
         if self.state not in (JobState.VOTING, JobState.RUNNING):
             return []
         out: list[Effect] = []
-        self._node(node, NodeEvent.LOST, now_ms, out, reason=reason)
+        # One this leader has yet to hear from was never asked to commit: not crashed.
+        event = NodeEvent.UNHEARD if self._unawait(node) else NodeEvent.LOST
+        self._node(node, event, now_ms, out, reason=reason)
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=False)
         else:
@@ -254,7 +270,9 @@ class Job(RollingBatch, JobSnapshot):
         if deadline is None or now_ms < deadline:
             return out
         if self.state is JobState.VOTING:
-            self._maybe_end_voting(now_ms, out, deadline_passed=True)
+            self._hear_no_more(now_ms, out)
+            passed = now_ms >= (self.vote_deadline_ms or 0)
+            self._maybe_end_voting(now_ms, out, deadline_passed=passed)
             return out
         if self._window is not None:  # per-node run deadlines, and the next start
             self._batch_tick(self._window, now_ms, out)
@@ -290,7 +308,7 @@ class Job(RollingBatch, JobSnapshot):
 
     def next_deadline_ms(self) -> int | None:
         if self.state is JobState.VOTING:
-            return self.vote_deadline_ms
+            return self._voting_deadline_ms()
         if self.state is not JobState.RUNNING:
             return None
         if self._window is None:

@@ -11,16 +11,23 @@ Standing by (the lease lost, or a write fenced) empties this: a new coordinator,
 pending; the jobs now belong to the new leader. Taking over fills it from the log
 (``takeover.py``).
 
+For the takeover's grace (the full offline window every node gets, ``grace_ms``) the
+fleet is still moving here: a job started then waits for the targets this leader has not
+heard yet (``awaiting.py``) rather than finding them ``unavailable``, and its selectors
+match the nodes known before the takeover (those of the jobs in the log, and the
+registered ones ``known_nodes`` lists) as well as those heard since.
+
 Killed at any line: what was not flushed was never acted on (no command left before its
 cause was durable), and the next leader rebuilds from what was.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pushjobs.api import methods
 from pushjobs.errors import ApiError
@@ -54,6 +61,7 @@ class Jobs:
         liveness: LivenessTracker,
         server_name: str,
         registered: Callable[[str], bool],
+        known_nodes: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.settings = settings
         self.leadership = leadership
@@ -63,6 +71,11 @@ class Jobs:
         self.liveness = liveness
         self.server_name = server_name
         self.registered = registered  # a node name the key registry knows
+        self.known_nodes = known_nodes  # the registry's node names, when it can list them
+        # The takeover's grace (wall ms), the nodes heard since, the nodes known before.
+        self.grace_until_ms: int | None = None
+        self.heard: set[str] = set()
+        self.known_before: set[str] = set()
         self.coordinator = self._new_coordinator()
         self.changes: list[Change] = []
         self.node_records: list[tuple[str, bytes]] = []
@@ -76,6 +89,7 @@ class Jobs:
 
     def stand_by(self) -> None:
         self.coordinator = self._new_coordinator()
+        self._end_grace()
         self.changes.clear()
         self.sends.clear()
 
@@ -101,7 +115,32 @@ class Jobs:
             done.active,
             len(found.damaged),
         )
+        self.grace_until_ms = now_ms + grace_ms
+        self.heard = set()
+        self.known_before = {name for job, _ in found.jobs for name in job.nodes}
         return done.unfinished_nodes
+
+    def _end_grace(self) -> None:
+        self.grace_until_ms = None
+        self.heard = set()
+        self.known_before = set()
+
+    def _unheard(self, now_ms: int) -> set[str] | None:
+        """During the takeover's grace, the nodes known before it that this leader has
+        not heard yet (registered ones only); None once the grace is over."""
+        if self.grace_until_ms is None:
+            return None
+        if now_ms >= self.grace_until_ms:
+            self._end_grace()
+            return None
+        listed = self.known_nodes() if self.known_nodes is not None else ()
+        return {
+            name
+            for name in itertools.chain(self.known_before, listed)
+            if name not in self.heard
+            and not self.liveness.is_online(name)
+            and self.registered(name)
+        }
 
     # --- inputs -----------------------------------------------------------------------------
 
@@ -113,6 +152,8 @@ class Jobs:
             self.changes += self.coordinator.node_lost(node, now_ms, reason)
 
     def node_online(self, node: str) -> None:
+        if self.grace_until_ms is not None:
+            self.heard.add(node)
         if self.leadership.leader:
             self.sends += self.coordinator.node_online(node)
 
@@ -159,7 +200,13 @@ class Jobs:
             raise ApiError("the server is stopping", code=methods.NOT_LEADER)
         if job_id is not None and job_id in self.coordinator.jobs:
             return job_id
-        targets = select(request.selectors, self.nodes.facts(), exists=self.registered)
+        unheard = self._unheard(now_ms)
+        targets = select(
+            request.selectors,
+            self.nodes.facts(),
+            exists=self.registered,
+            unheard=sorted(unheard or ()),
+        )
         if len(targets) > self.settings.max_nodes:
             raise ApiError(
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
@@ -195,9 +242,19 @@ class Jobs:
             run_timeout_ms=round(run_timeout_s * 1000),
             options=request.options,
             requested_by=caller,
+            unheard=self._awaited(targets, unheard),
+            unheard_until_ms=self.grace_until_ms,
         )
         log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
         return job_id
+
+    def _awaited(self, targets: list[str], unheard: set[str] | None) -> list[str]:
+        """Of ``targets``, those to wait for: not heard since the takeover, in its grace."""
+        if unheard is None:
+            return []
+        return [
+            name for name in targets if name not in self.heard and not self.liveness.is_online(name)
+        ]
 
     def abort(self, job_id: str, caller: str, now_ms: int) -> None:
         record = {"type": "abort", "job_id": job_id, "requested_by": caller}

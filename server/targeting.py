@@ -11,6 +11,11 @@ Each selector picks a set of nodes; a job targets the union of its selectors.
 
 A selector that matches nothing is reported, so an operator's typo is not a silent no-op;
 names that no node has are all named at once, before any job exists.
+
+Right after a takeover the new leader has not heard most of its fleet yet: the caller
+passes those nodes' names (``unheard``: known to the previous leader, or registered) and
+globs and ``name=`` match them too, so ``web-*`` means the same fleet it meant a moment
+before. Their facts and tags are not known yet: other queries match only nodes heard.
 """
 
 from __future__ import annotations
@@ -41,15 +46,24 @@ def _term_matches(node: NodeFacts, key: str, pattern: str) -> bool:
 
 
 def select(
-    selectors: Iterable[str], nodes: Iterable[NodeFacts], *, exists: Callable[[str], bool]
+    selectors: Iterable[str],
+    nodes: Iterable[NodeFacts],
+    *,
+    exists: Callable[[str], bool],
+    unheard: Iterable[str] = (),
 ) -> list[str]:
     """Names targeted by ``selectors``, in first-match order.
 
     ``TargetError`` if a selector is malformed; ``NotFound`` if one matches none, naming every
     plain name that is neither a reported node nor one ``exists`` knows (the registry).
+    ``unheard`` names count as nodes whose facts are not known yet.
     """
     known = list(nodes)
     reported = {n.name for n in known}
+    for name in unheard:
+        if name not in reported:
+            reported.add(name)
+            known.append(NodeFacts(name))
     unknown: list[str] = []
     chosen: dict[str, None] = {}
     for raw in selectors:

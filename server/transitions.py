@@ -31,6 +31,8 @@ class NodeEvent(StrEnum):
     WAIT_TURN = "wait_turn"
     TURN = "turn"
     HALT = "halt"
+    # A target a new leader never heard from before its takeover grace ended (``awaiting.py``).
+    UNHEARD = "unheard"
 
 
 class JobEvent(StrEnum):
@@ -77,6 +79,8 @@ NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (N.WAITING, NodeEvent.ABORTED): N.ABORTED,
     (N.WAITING, NodeEvent.LOST): N.CRASHED,
     (N.WAITING, NodeEvent.ABORT): N.ABORTED,
+    # Right after a takeover: a target still unheard at the grace's end was never asked.
+    (N.NEW, NodeEvent.UNHEARD): N.UNAVAILABLE,
 }
 
 JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {

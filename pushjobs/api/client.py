@@ -11,7 +11,9 @@ refuses the CurveZMQ handshake because ``client.server_key`` is not its key (the
 request can even reach it). The socket's monitor tells them apart
 (``pushjobs.transport.handshake``): handshakes failing in a row end the call at once with
 ``HandshakeRefused``, a configuration error (exit code 9: waiting or retrying cannot cure
-it), instead of ``Unreachable`` after the whole timeout.
+it), instead of ``Unreachable`` after the whole timeout. The same monitor shows a server
+that hangs up while a call waits on it (``pushjobs.api.disconnects``: its process died):
+the call gives up at once, as it would after silence, instead of waiting out its budget.
 
 Several servers (DESIGN section 9). A client may be given several API endpoints: one
 leads, the others stand by and refuse ``job.*`` and ``node.*`` requests with
@@ -47,6 +49,7 @@ from keys import files
 from keys.fingerprint import key_id
 from keys.identity import PrivateIdentity, PublicIdentity
 from pushjobs.api import methods
+from pushjobs.api.disconnects import LinkMonitor, connect_watched
 from pushjobs.errors import (
     ApiError,
     ConfigError,
@@ -60,7 +63,7 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ApiReply, ApiRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, Verifier, ed25519_verifier
-from pushjobs.transport.handshake import HandshakeMonitor, Refusal, connect_monitored
+from pushjobs.transport.handshake import Refusal
 from pushjobs.transport.sockets import CurveKeys, Transport
 
 REPLY_LIMITS = Limits(max_header_bytes=2048, max_body_bytes=32 * 1024 * 1024)
@@ -142,7 +145,7 @@ class ApiClient:
         self._inbox = Inbox(resolve, MAX_SKEW_S, REPLY_LIMITS)
         self._transport = Transport(max_message_bytes=REPLY_LIMITS.max_body_bytes + 4096)
         self._socket: zmq.Socket[bytes] | None = None
-        self._monitor: HandshakeMonitor | None = None
+        self._monitor: LinkMonitor | None = None
 
     @classmethod
     def from_files(
@@ -187,7 +190,7 @@ class ApiClient:
                 server_public=self._server.curve_public,
             )
             try:
-                self._monitor = connect_monitored(self._socket, self.endpoint)
+                self._monitor = connect_watched(self._socket, self.endpoint)
             except TransportError:
                 self._reset()
                 raise
@@ -293,17 +296,23 @@ class ApiClient:
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor.socket, zmq.POLLIN)
         try:
+            monitor.arm()
             sock.send_multipart(frames, zmq.NOBLOCK)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                ready = dict(poller.poll(round(remaining * 1000)))
+                # Known hung up: only a reply already here is still worth reading.
+                wait_ms = 0 if monitor.link.lost else round(remaining * 1000)
+                ready = dict(poller.poll(wait_ms))
                 refusal = monitor.refused if monitor.socket in ready else None
                 if refusal is not None:
                     self._reset()
                     raise HandshakeRefused(self.refused_text(refusal))
                 if sock not in ready:
+                    if monitor.hung_up:  # its process died: no answer is coming
+                        self._reset()
+                        raise Unreachable(f"{self.endpoint} closed the connection mid-call")
                     continue
                 received = self._inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
                 if received is None or not isinstance(received.message, ApiReply):

@@ -1,21 +1,32 @@
 """The client's way to the leader among several servers, and what it never sends twice
-(``pushjobs.api.client``): the policy alone, over a fake exchange and a fake clock."""
+(``pushjobs.api.client``): the policy alone, over a fake exchange and a fake clock; then a
+server that hangs up mid-call, over real sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
+from keys.fingerprint import key_id
 from keys.identity import generate
 from pushjobs.api import client as client_module
 from pushjobs.api import methods
 from pushjobs.api.client import WAITING, ApiClient, Failover, resend_safe
+from pushjobs.api.disconnects import DISCONNECTED, PeerLink
 from pushjobs.cli import userconfig
 from pushjobs.errors import ApiError, ConfigError, Unreachable
-from pushjobs.protocol.messages import ApiReply, ErrorBody
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.messages import ApiReply, ApiRequest, ErrorBody
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import Ed25519Signer, ed25519_verifier
+from pushjobs.transport.handshake import Event
+from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 
 A, B, C = "tcp://a:7700", "tcp://b:7700", "tcp://c:7700"
 
@@ -274,3 +285,109 @@ def test_with_several_servers_a_watch_is_polled_in_shorter_waits(clock: Clock) -
     c.call("job.watch", {"job_id": "x", "version": 1, "wait_s": 10.0})
     assert [s["wait_s"] for s in seen] == [2.5, 2.5]
     assert seen[0]["timeout_s"] == 5.0  # a dead A costs its share plus the shorter wait
+
+
+# --- a server that hangs up mid-call: real sockets on 127.0.0.1 ------------------------------
+
+
+def lost(link: PeerLink) -> bool:
+    return link.lost  # read anew each time (mypy would keep a narrowed attribute)
+
+
+def test_only_a_disconnect_after_a_handshake_that_succeeded_is_a_hang_up() -> None:
+    link = PeerLink()
+    refused = Event(int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL), 32, "e")
+    link.see(refused)
+    link.see(Event(DISCONNECTED, 0, "e"))  # a refused handshake ends in a disconnect too
+    assert not lost(link)
+    link.see(Event(int(zmq.EVENT_HANDSHAKE_SUCCEEDED), 0, "e"))
+    link.see(Event(DISCONNECTED, 0, "e"))
+    assert lost(link)
+    link.arm()  # a new request: a hang-up before it is not its concern
+    assert not lost(link)
+    link.see(Event(DISCONNECTED, 0, "e"))  # still down: nothing new
+    assert not lost(link)
+
+
+SERVER, USER = generate("server", "server"), generate("alice", "user")
+WATCH = {"job_id": "j1", "version": 1, "wait_s": 10.0}
+
+
+class FakeServer:
+    """A real CurveZMQ ROUTER on 127.0.0.1 holding the server's keys, served by a thread:
+    it answers ``job.watch`` with ``result``, or (``result`` None) parks it and dies."""
+
+    def __init__(self, result: Any) -> None:
+        server, user = SERVER, USER
+        self.transport = Transport()
+        keys = CurveKeys(server.public.curve_public, server.curve_secret)
+        self.sock = self.transport.socket("router", bind="tcp://127.0.0.1:*", curve_server=keys)
+        self.endpoint = bound_endpoint(self.sock)
+        signer = Ed25519Signer(key_id(server.public.ed25519_public), server.signing_key())
+        self.outbox = Outbox(server.name, "server-incarnation", signer)
+        verifier = ed25519_verifier(user.public.ed25519_public, owner=user.name)
+        self.inbox = Inbox(lambda method, kid: verifier, 300.0)
+        self.result = result
+        self.asked: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            while not self.stop.is_set():
+                if not self.sock.poll(50):
+                    continue
+                identity, *frames = self.sock.recv_multipart()
+                received = self.inbox.accept(frames, time.time_ns() // 1_000_000)
+                if received is None or not isinstance(received.message, ApiRequest):
+                    continue
+                request = received.message
+                self.asked.append(request.method)
+                if self.result is None and request.method == "job.watch":
+                    return  # parked, and the process dies: its connections close
+                now_ms, rid = time.time_ns() // 1_000_000, request.request_id
+                reply = self.outbox.frames(
+                    ApiReply, now_ms, request_id=rid, ok=True, result=self.result
+                )
+                self.sock.send_multipart([identity, *reply])
+        finally:
+            self.transport.close_socket(self.sock)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        self.transport.close()
+
+
+def test_a_parked_watch_on_a_server_that_dies_is_given_up_at_once() -> None:
+    dying = FakeServer(result=None)
+    try:
+        client = ApiClient(dying.endpoint, SERVER.public, USER, timeout_s=5.0)
+        # Silence would end it too, after its 15 s: "no answer from ... within".
+        with client, pytest.raises(Unreachable, match="closed the connection mid-call"):
+            client.call("job.watch", WATCH)
+    finally:
+        dying.close()
+    assert dying.asked == ["job.watch"]
+
+
+def test_a_parked_watch_moves_to_the_next_server_when_its_server_dies() -> None:
+    dying = FakeServer(result=None)
+    leader = FakeServer(result={"job": {"job_id": "j1", "version": 2}})
+    told: list[str] = []
+    try:
+        endpoints = [dying.endpoint, leader.endpoint]
+        with ApiClient(endpoints, SERVER.public, USER, timeout_s=40.0, on_wait=told.append) as c:
+            started = time.monotonic()
+            assert c.call("job.watch", WATCH) == {"job": {"job_id": "j1", "version": 2}}
+            took_s = time.monotonic() - started
+            assert c.endpoint == leader.endpoint
+    finally:
+        dying.close()
+        leader.close()
+    assert dying.asked == ["job.watch"] and leader.asked == ["job.watch"]
+    assert told == [WAITING]
+    # The dead server's silence would have held the watch for its whole attempt (10 s
+    # plus the 10 s wait); its hang-up is noticed at once. Bounded far from both.
+    assert took_s < 10.0, took_s

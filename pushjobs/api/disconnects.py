@@ -1,0 +1,112 @@
+"""A server that hangs up on a call: seen at once, not after the call's silence.
+
+Theory of operation. A DEALER socket does not tell its owner that its peer went away: it
+reconnects quietly, and a request parked on a server that died (a ``job.watch`` long poll
+waits up to its ``wait_s``) would be silence until the call's budget ends. The socket
+monitor does tell: libzmq reports ``EVENT_DISCONNECTED`` when a connection ends, at once
+when the peer's process dies (its kernel closes the connection). A SIGSTOPped server
+keeps its connections: that stays silence, bounded as before.
+
+A refused handshake ends in a disconnect as well (libzmq reports both), so only a
+disconnect after a handshake that succeeded is a hang-up: the server this socket talked
+to went away. ``PeerLink`` (pure) folds the monitor's events into that verdict, per
+request: ``arm`` as a request leaves, ``hung_up`` while it waits. ``LinkMonitor`` is the
+thin I/O half: the socket's one monitor (libzmq allows one per socket), asked for the
+handshake events ``pushjobs.transport.handshake`` judges and for disconnects, drained
+without blocking into both.
+
+Nothing here is stored: killed at any line, the monitor dies with the process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+
+from pushjobs.errors import TransportError
+from pushjobs.transport.handshake import EVENTS, SUCCEEDED, Event, HandshakeTally, Refusal, parse
+
+DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+
+
+class PeerLink:
+    """Whether the peer hung up during a request (pure): a disconnect after a handshake
+    that succeeded, seen since ``arm``."""
+
+    def __init__(self) -> None:
+        self.up = False  # a handshake succeeded and no disconnect followed
+        self.lost = False
+
+    def arm(self) -> None:
+        """A request leaves now: only a hang-up from here on concerns it."""
+        self.lost = False
+
+    def see(self, event: Event) -> None:
+        if event.event == SUCCEEDED:
+            self.up = True
+        elif event.event == DISCONNECTED and self.up:
+            self.up = False
+            self.lost = True
+
+
+class LinkMonitor:
+    """The handshakes and the hang-ups of ``sock``, read from its monitor without blocking."""
+
+    def __init__(self, sock: zmq.Socket[Any]) -> None:
+        self.tally = HandshakeTally()
+        self.link = PeerLink()
+        self._watched = sock
+        try:
+            self.socket: zmq.Socket[bytes] = sock.get_monitor_socket(EVENTS | DISCONNECTED)
+        except zmq.ZMQError as exc:
+            raise TransportError(f"cannot monitor the socket: {exc}") from exc
+        self.socket.setsockopt(zmq.LINGER, 0)
+
+    def read(self) -> None:
+        """Hand every event reported since the last read to the tally and the link."""
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                return  # nothing more now (Again), or the monitored socket is gone
+            event = parse(frames)
+            if event is not None:
+                self.tally.see(event)
+                self.link.see(event)
+
+    def arm(self) -> None:
+        """A request leaves now (what happened before it is read first)."""
+        self.read()
+        self.link.arm()
+
+    @property
+    def refused(self) -> Refusal | None:
+        self.read()
+        return self.tally.refused
+
+    @property
+    def hung_up(self) -> bool:
+        self.read()
+        return self.link.lost
+
+    def close(self) -> None:
+        if self.socket.closed:
+            return
+        try:
+            if not self._watched.closed:
+                self._watched.disable_monitor()
+        except zmq.ZMQError:
+            pass  # the watched socket is closing: its monitor stops with it
+        self.socket.close(linger=0)
+
+
+def connect_watched(sock: zmq.Socket[Any], endpoint: str) -> LinkMonitor:
+    """Monitor ``sock``, then connect it to ``endpoint``: every event is seen."""
+    monitor = LinkMonitor(sock)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as exc:
+        monitor.close()
+        raise TransportError(f"cannot connect to {endpoint}: {exc}") from exc
+    return monitor
