@@ -111,7 +111,10 @@ class Leadership:
         if self.fence is None or now < self.valid_until:
             return Lease.HELD if self.fence is not None else Lease.STANDING_BY
         log.warning("the leader lease may have lapsed (this server was not running): checking")
-        return self.renew(now)
+        lease = self.renew(now)
+        if lease is Lease.HELD:
+            log.info("the leader lease is still held (epoch %s): acting as leader", self.epoch)
+        return lease
 
     def renew(self, now: float) -> Lease:
         epoch = self.member.poll()

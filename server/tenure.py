@@ -58,11 +58,12 @@ class Tenure:
         """A leader whose lease may have lapsed while it was not running asks the log before
         it answers, sends or writes anything more (``Leadership.acting``)."""
         if self.leadership.leader and not self.leadership.acting(now):
-            self.renew(now)
+            self.renew(now, confirming=True)
 
-    def renew(self, now: float) -> None:
+    def renew(self, now: float, *, confirming: bool = False) -> None:
+        lease = self.leadership.confirm if confirming else self.leadership.renew
         try:
-            if self.leadership.renew(now) is Lease.TOOK_OVER:
+            if lease(now) is Lease.TOOK_OVER:
                 self.take_over(now)
         except BackendUnavailable as exc:
             self.unwritable(exc, now)

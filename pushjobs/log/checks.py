@@ -1,8 +1,9 @@
 """The argument checks of the ordered log, shared by the backends so they word errors alike.
 
 Pure: no I/O, no clock. The embedded backends (memory, sqlite) run every check inside
-their critical section (a lock, a write transaction); the Kafka backend runs the value
-size and offset checks, the sign of an offset before it asks the cluster for the end.
+their critical section (a lock, a write transaction); the Kafka backend checks records
+before it produces them, and an offset once it knows the topic exists (its sign first,
+then against the end the cluster reports), so every backend names a missing topic first.
 """
 
 from __future__ import annotations

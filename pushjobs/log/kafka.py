@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 # Headroom over max_value_bytes for the key, headers and batch framing.
 FRAMING_BYTES = 64 * 1024
+# Scans read up to a known high watermark: waiting at the broker for more only delays.
+FETCH_WAIT_MS = 10
 
 __all__ = ["KafkaLog", "KafkaTimeouts", "topic_config"]
 
@@ -117,7 +119,7 @@ class KafkaLog(AppendByBatch):
         self._config = dict(config or {})
         self._producer_config = dict(producer_config or {})
         self._consumer_config = dict(consumer_config or {})
-        self._clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock or SystemClock()
         # One lock for the shared reader, writer and folded control topics: a reader scan
         # (assign, consume, unassign) must not interleave with another.
         self._lock = threading.RLock()
@@ -127,8 +129,11 @@ class KafkaLog(AppendByBatch):
         # librdkafka insists on a group.id; the reader never joins or commits, and a
         # unique id can never collide with a real group.
         reader_group = {"group.id": f"{client_id}.reader.{uuid.uuid4().hex}"}
-        self._reader = Reader(ck, self.consumer_settings("reader", reader_group), self.timeouts)
-        self._writer = Writer(ck, self.producer_settings, self.timeouts, self._clock)
+        self._reader = Reader(
+            ck, self.consumer_settings("reader", reader_group), self.timeouts, self.clock
+        )
+        self.reach = self._reader.reach
+        self._writer = Writer(ck, self.producer_settings, self.timeouts, self.clock, self.reach)
         self._admin = TopicAdmin(
             ck,
             admin_mod,
@@ -143,7 +148,7 @@ class KafkaLog(AppendByBatch):
             reader=self._reader,
             writer=self._writer,
             admin=self._admin,
-            clock=self._clock,
+            clock=self.clock,
             lock=self._lock,
         )
 
@@ -162,8 +167,9 @@ class KafkaLog(AppendByBatch):
             self.bootstrap_servers,
             f"{self.client_id}.{role}",
             # A scan drains the prefetch queue as fast as it fills: fetch again at once
-            # instead of backing off for a second whenever the queue was full.
-            {"fetch.queue.backoff.ms": 1},
+            # instead of backing off for a second whenever the queue was full. A fetch
+            # parked at a partition's end delays the next request on its connection.
+            {"fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": FETCH_WAIT_MS},
             self._config,
             self._consumer_config,
             # What the log's semantics rest on; extra config cannot change it.
@@ -232,8 +238,8 @@ class KafkaLog(AppendByBatch):
     # OrderedLog: writing.
 
     def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
-        for key, value in records:
-            checks.check_value_size(topic, key, value, self.max_value_bytes)
+        # Every backend's checks: a non-str key raised AttributeError, a str value was sent.
+        checks.check_records(topic, records, self.max_value_bytes)
         with self._topic_locked(topic):
             if not records:
                 return []
@@ -247,8 +253,8 @@ class KafkaLog(AppendByBatch):
     # OrderedLog: reading.
 
     def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
-        checks.check_read_start(topic, from_offset)
-        with self._topic_locked(topic):
+        with self._topic_locked(topic):  # a missing topic is named before a bad offset
+            checks.check_read_start(topic, from_offset)
             low, high = self._reader.watermarks(topic)
             checks.check_not_past_end(topic, from_offset, high)
             # Below the first kept offset (retention): start at the first record kept.
@@ -271,8 +277,8 @@ class KafkaLog(AppendByBatch):
     # OrderedLog: consumer groups.
 
     def committed(self, group: str, topic: str) -> int | None:
-        with self._topic_locked(topic):
-            what = f"reading the offset of group {group!r} on {topic}"
+        what = f"reading the offset of group {group!r} on {topic}"
+        with self._topic_locked(topic), self.reach.attempt(what):
             try:
                 (part,) = self._group_client(group).committed(
                     [self._ck.TopicPartition(topic, PARTITION)], timeout=self.timeouts.request_s
@@ -285,17 +291,18 @@ class KafkaLog(AppendByBatch):
             return offset if offset >= 0 else None
 
     def commit(self, group: str, topic: str, offset: int) -> None:
-        checks.check_commit_start(topic, offset)
-        with self._topic_locked(topic):
+        what = f"committing offset {offset} of group {group!r} on {topic}"
+        with self._topic_locked(topic):  # a missing topic is named before a bad offset
+            checks.check_commit_start(topic, offset)
             checks.check_not_past_end(topic, offset, self._reader.watermarks(topic)[1])
-            what = f"committing offset {offset} of group {group!r} on {topic}"
-            try:
-                parts = self._group_client(group).commit(
-                    offsets=[self._ck.TopicPartition(topic, PARTITION, offset)],
-                    asynchronous=False,
-                )
-            except self._ck.KafkaException as exc:
-                raise translate_exception(exc, what) from exc
+            with self.reach.attempt(what):
+                try:
+                    parts = self._group_client(group).commit(
+                        offsets=[self._ck.TopicPartition(topic, PARTITION, offset)],
+                        asynchronous=False,
+                    )
+                except self._ck.KafkaException as exc:
+                    raise translate_exception(exc, what) from exc
             for part in parts or []:
                 if part.error is not None:
                     raise translate(part.error, what)
@@ -303,9 +310,11 @@ class KafkaLog(AppendByBatch):
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> KafkaGroupMember:
+        checks.session_ms(session_timeout_s)  # refused like elsewhere, not clamped to 1 s
         with self._topic_locked(topic):
             self.control.ensure()
-            if self.group_protocol == "consumer":
+            # Best effort: not while no broker answers (it would wait out its timeout).
+            if self.group_protocol == "consumer" and self.reach.reachable:
                 self._admin.set_group_session_timeout(group, session_timeout_s)
             member = KafkaGroupMember(self, group, topic, member_id, session_timeout_s)
             self._members.append(member)
@@ -320,10 +329,10 @@ class KafkaLog(AppendByBatch):
             names = list(topics) if topics is not None else sorted(self.control.registered())
             stats = []
             for name in names:
-                started = self._clock.monotonic()
+                started = self.clock.monotonic()
                 self._reader.require_topic(name)
                 low, high = self._reader.watermarks(name)
-                took = self._clock.monotonic() - started
+                took = self.clock.monotonic() - started
                 stats.append(CompactionStats(name, high - low, high - low, took))
             log.info(
                 "compact() on Kafka changes nothing: the broker's log cleaner compacts and "

@@ -19,6 +19,7 @@ from pushjobs.clock import Clock
 from pushjobs.errors import BackendUnavailable, UnknownTopic
 from pushjobs.log.base import Record
 from pushjobs.log.kafka_client import KafkaTimeouts, error_name, translate, translate_exception
+from pushjobs.log.kafka_reach import Reachability
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,9 @@ READ_CHUNK = 1000
 class Reader:
     """Topic existence, watermarks and scans of partition 0, through one unassigned consumer."""
 
-    def __init__(self, ck: ModuleType, settings: dict[str, Any], timeouts: KafkaTimeouts) -> None:
+    def __init__(
+        self, ck: ModuleType, settings: dict[str, Any], timeouts: KafkaTimeouts, clock: Clock
+    ) -> None:
         self._ck = ck
         self._timeouts = timeouts
         self._known: set[str] = set()
@@ -38,11 +41,24 @@ class Reader:
             self._consumer = ck.Consumer(settings)
         except ck.KafkaException as exc:
             raise translate_exception(exc, "creating the Kafka reader") from exc
+        # Shared with the writer and the group members: one cluster, one verdict.
+        self.reach = Reachability(clock, self.probe)
+
+    def probe(self, timeout_s: float) -> None:
+        """Return if the cluster answers a metadata request within ``timeout_s``."""
+        try:
+            self._consumer.list_topics(timeout=timeout_s)
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, "asking the cluster for its metadata") from exc
 
     def require_topic(self, topic: str) -> None:
         """Return if the topic exists (has a partition 0), else raise ``UnknownTopic``."""
         if topic in self._known:
             return
+        with self.reach.attempt(f"looking up topic {topic}"):
+            self._require_topic(topic)
+
+    def _require_topic(self, topic: str) -> None:
         deadline = time.monotonic() + self._timeouts.request_s
         while True:
             found = self._metadata(topic)
@@ -71,6 +87,10 @@ class Reader:
     def watermarks(self, topic: str) -> tuple[int, int]:
         """(first offset still kept, offset of the next record) of partition 0."""
         what = f"reading the offsets of {topic}"
+        with self.reach.attempt(what):
+            return self._watermarks(topic, what)
+
+    def _watermarks(self, topic: str, what: str) -> tuple[int, int]:
         try:
             marks = self._consumer.get_watermark_offsets(
                 self._ck.TopicPartition(topic, PARTITION),
@@ -94,21 +114,28 @@ class Reader:
     def fetch(self, topic: str, start: int, high: int, limit: int) -> list[Record]:
         """Up to ``limit`` records from offset ``start`` (kept) to ``high`` (exclusive)."""
         what = f"reading {topic} from offset {start}"
+        with self.reach.attempt(what):
+            return self._fetch(topic, start, high, limit, what)
+
+    def _fetch(self, topic: str, start: int, high: int, limit: int, what: str) -> list[Record]:
         part = self._ck.TopicPartition(topic, PARTITION, start)
         out: list[Record] = []
         try:
             self._consumer.assign([part])
             stall_deadline = time.monotonic() + self._timeouts.request_s
+            after = start  # offset after the last record seen
             while len(out) < limit:
-                batch = self._consumer.consume(
-                    num_messages=min(limit - len(out), READ_CHUNK), timeout=0.1
-                )
+                # consume() waits its whole timeout for num_messages: never ask for more
+                # than the range can hold, or every scan of a short range costs 0.1 s.
+                wanted = min(limit - len(out), READ_CHUNK, high - after)
+                batch = self._consumer.consume(num_messages=max(1, wanted), timeout=0.1)
                 for msg in batch:
                     if msg.error() is not None:
                         raise translate(msg.error(), what)
                     if msg.offset() >= high:
                         return out
                     out.append(to_record(msg))
+                    after = msg.offset() + 1
                     if msg.offset() >= high - 1 or len(out) >= limit:
                         return out
                 if batch:
@@ -155,8 +182,10 @@ class Writer:
         settings: Callable[[], dict[str, Any]],
         timeouts: KafkaTimeouts,
         clock: Clock,
+        reach: Reachability,
     ) -> None:
         self._ck = ck
+        self._reach = reach
         self._settings = settings
         self._timeouts = timeouts
         self._clock = clock
@@ -173,6 +202,12 @@ class Writer:
     ) -> list[int]:
         """Append to partition 0 and return the offsets once every record is durable."""
         what = f"appending {len(records)} record(s) to {topic}"
+        with self._reach.attempt(what):
+            return self._produce(topic, records, epoch, what)
+
+    def _produce(
+        self, topic: str, records: Sequence[tuple[str, bytes | None]], epoch: int, what: str
+    ) -> list[int]:
         results: list[Any] = [None] * len(records)
 
         def report(index: int) -> Callable[[Any, Any], None]:

@@ -28,6 +28,14 @@ assignment for ``classic``. With ``consumer`` the broker owns the session timeou
 Either way ``max.poll.interval.ms`` is the session timeout, so a member whose process is
 alive but no longer calls ``poll()`` leaves the group after that long, as the interface
 requires, instead of being kept alive by librdkafka's background heartbeats.
+
+A poll that comes more than half a session after the previous one (the process was
+stopped, or busy) does not trust what the member last knew: the coordinator may have
+expired it and given the partition away, and the claim it would compare with may not be
+written yet. It confirms its membership with the coordinator first, then serves the
+callbacks again (a loss the confirmation's round trip let arrive), before it answers with
+its epoch. Without this, a server stopped just past the broker's session resumed as
+leader for up to a lease, beside its successor.
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class KafkaGroupMember(NamedMember):
         self.epoch: int | None = None
         self.is_open = True
         self._held: set[int] = set()
+        self._session_s = session_timeout_s
+        self._last_poll: float | None = None  # monotonic, on the log's clock
         session_ms = max(1000, round(session_timeout_s * 1000))
         overrides: dict[str, str | int] = {
             "group.id": group,
@@ -97,22 +107,25 @@ class KafkaGroupMember(NamedMember):
         """
         if not self.is_open:
             return None
-        try:
-            event = self.consumer.poll(0)
-        except self._ck.KafkaException as exc:
-            raise translate_exception(exc, f"polling group {self.group!r}") from exc
-        if event is not None and event.error() is not None:
-            # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
-            log.info("group %s member %s: %s", self.group, self._member_id, event.error().str())
+        now = self._log.clock.monotonic()
+        paused = self._last_poll is not None and now - self._last_poll > self._session_s / 2
+        self._last_poll = now
+        self._serve()
         if not self.holds_partition():
             self.epoch = None
             return None
         current = self._log.control.current_epoch(self.group)
-        if self.epoch is not None and current == self.epoch:
+        if self.epoch is not None and current == self.epoch and not paused:
             return self.epoch
         if not self._confirmed_by_coordinator():
             self.epoch = None
             return None
+        self._serve()
+        if not self.holds_partition():
+            self.epoch = None
+            return None
+        if self.epoch is not None and current == self.epoch:
+            return self.epoch  # still the owner after a pause: no new claim
         previous = self.epoch
         self.epoch = self._log.control.claim(self.group, self._member_id, self._generation())
         log.info(
@@ -125,6 +138,16 @@ class KafkaGroupMember(NamedMember):
             ", claimed again after a stale claim" if previous is not None else "",
         )
         return self.epoch
+
+    def _serve(self) -> None:
+        """Run the rebalance callbacks and take the group's error events, if any."""
+        try:
+            event = self.consumer.poll(0)
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, f"polling group {self.group!r}") from exc
+        if event is not None and event.error() is not None:
+            # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
+            log.info("group %s member %s: %s", self.group, self._member_id, event.error().str())
 
     def holds_partition(self) -> bool:
         return self.is_open and PARTITION in self._held
@@ -161,6 +184,10 @@ class KafkaGroupMember(NamedMember):
     def _confirmed_by_coordinator(self) -> bool:
         """Is this consumer still a member of the group's current generation?"""
         what = f"confirming membership of group {self.group!r}"
+        with self._log.reach.attempt(what):
+            return self._commit_to_coordinator(what)
+
+    def _commit_to_coordinator(self, what: str) -> bool:
         fence = self._ck.TopicPartition(self._log.control.fence_topic, PARTITION, 0)
         try:
             parts = self.consumer.commit(offsets=[fence], asynchronous=False)

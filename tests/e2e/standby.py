@@ -6,6 +6,12 @@ The second server's config is the first one's with its binds on ``tcp://127.0.0.
 once it has bound, the ports it got are pinned in its file, so a restart comes back there.
 Its process is one of the sandbox's (``procs["server-b"]``): ``Sandbox.stop`` ends it by
 PID with the rest.
+
+On Kafka (``kafka_log``), the log is a librdkafka mock cluster hosted by a process of its
+own (``tests/log/mock_cluster.py``), started and stopped by PID by the test: it must
+outlive either server, as a real cluster would, and the test takes its brokers down and
+up through it. Its topics are created single-partition before any server starts (the
+mock would auto-create four, and the leader group would spread them over both servers).
 """
 
 from __future__ import annotations
@@ -15,10 +21,21 @@ import tomllib
 from pathlib import Path
 
 from pushjobs.childproc import Proc, await_ready, spawn
+from pushjobs.log.topics import names
 from pushjobs.sandbox import ANY_PORT, Sandbox, ready_fields
 from pushjobs.tomlwrite import toml_text
+from tests.log.kafka_support import MockCluster
 
 SECOND = "server-b"
+# The standard topics and the Kafka backend's own (fence and topic registry).
+KAFKA_TOPICS = (*names().all(), "__pushjobs-fence", "__pushjobs-topics")
+
+
+def kafka_log(cluster: MockCluster) -> dict[str, object]:
+    """The ``[log]`` table of a server on ``cluster``, whose topics it creates first."""
+    for topic in KAFKA_TOPICS:
+        cluster.make_topic(topic)
+    return {"backend": "kafka", "bootstrap_servers": cluster.bootstrap}
 
 
 def second_config(sandbox: Sandbox) -> Path:

@@ -158,6 +158,17 @@ def test_unknown_topic_is_an_error_everywhere(log_backend):
     assert "nope" not in {t.name for t in log.topics()}
 
 
+def test_a_missing_topic_is_named_before_a_bad_offset(log_backend):
+    """Every backend says what is wrong first: the topic, then the offset."""
+    log = log_backend.open()
+    for call in (
+        lambda: log.read("nope", -1),
+        lambda: log.commit(GROUP, "nope", -1),
+    ):
+        with pytest.raises(UnknownTopic):
+            call()
+
+
 def test_offsets_out_of_range(log_backend):
     log = log_backend.open()
     log.create_topic("jobs", TopicPolicy())
@@ -183,7 +194,24 @@ def test_oversized_values_are_refused_and_nothing_is_written(log_backend):
     assert log.append_batch("jobs", [("k", b"x" * 16), ("k", None)]) == [0, 1]
 
 
+def test_records_of_the_wrong_type_are_refused_and_nothing_is_written(log_backend):
+    log = log_backend.open()
+    log.create_topic("jobs", TopicPolicy())
+    for batch in ([("k", b"ok"), (5, b"v")], [("k", b"ok"), ("k", "text")]):
+        with pytest.raises(LogError, match="must be"):
+            log.append_batch("jobs", batch)
+    assert log.end_offset("jobs") == 0
+
+
 # Consumer groups.
+
+
+def test_a_session_timeout_that_is_not_positive_is_refused(log_backend):
+    log = log_backend.open()
+    log.create_topic("commands", TopicPolicy(compacted=True))
+    for session_s in (0.0, -1.0):
+        with pytest.raises(LogError, match="session timeout must be greater than 0"):
+            log.member(GROUP, "commands", "a", session_timeout_s=session_s)
 
 
 def test_committed_offsets_survive_closing_and_reopening(log_backend):

@@ -211,6 +211,71 @@ def test_broker_down_is_backend_unavailable_within_the_timeouts(cluster):
         log.close()
 
 
+def test_with_the_brokers_down_only_the_first_request_waits_its_timeout(cluster):
+    """Then every request fails at once, naming the cluster, until a probe answers: a
+    server's turn makes several requests, and each used to wait its whole timeout."""
+    log = cluster.open_log(timeouts=KafkaTimeouts(request_s=1.0, delivery_s=1.0, admin_s=1.0))
+    try:
+        log.create_topic("events", TopicPolicy())
+        log.append("events", "k", b"before")
+        cluster.set_down()
+        with pytest.raises(BackendUnavailable) as first:
+            log.append("events", "k", b"during")
+        assert "does not answer" not in str(first.value)  # it met the timeout itself
+        for call in (
+            lambda: log.append("events", "k", b"during"),
+            lambda: log.end_offset("events"),
+            lambda: log.read("events"),
+        ):
+            with pytest.raises(BackendUnavailable, match="the Kafka cluster does not answer"):
+                call()
+        assert not log.reach.reachable
+        cluster.set_up()
+        assert wait_until(lambda: _appends(log, "events"), timeout_s=15)
+        assert log.reach.reachable
+    finally:
+        log.close()
+
+
+def test_a_read_asks_the_consumer_for_no_more_records_than_the_range_holds(klog):
+    """``consume`` waits its whole timeout for ``num_messages``: asking for a chunk of 1000
+    made every read of a short range cost 0.1 s."""
+    klog.create_topic("jobs", TopicPolicy())
+    klog.append_batch("jobs", [(f"k{i}", b"v") for i in range(5)])
+    asked = []
+    consumer = klog._reader._consumer
+
+    class Recording:
+        def consume(self, num_messages, timeout):
+            asked.append(num_messages)
+            return consumer.consume(num_messages=num_messages, timeout=timeout)
+
+        def __getattr__(self, name):
+            return getattr(consumer, name)
+
+    klog._reader._consumer = Recording()
+    try:
+        assert [r.offset for r in klog.read("jobs", 2)] == [2, 3, 4]
+        assert [r.offset for r in klog.read("jobs")] == [0, 1, 2, 3, 4]
+    finally:
+        klog._reader._consumer = consumer
+    assert asked and max(asked) <= 5, asked
+
+
+def test_readers_do_not_wait_at_the_broker_for_data_beyond_the_watermark(cluster):
+    """A fetch parked at the end of a partition holds up the next request on its broker
+    connection (a watermark lookup waited ~0.5 s, librdkafka's default fetch.wait.max.ms,
+    on every read); extra consumer config may still choose otherwise."""
+    log = KafkaLog(cluster.bootstrap)
+    other = KafkaLog(cluster.bootstrap, consumer_config={"fetch.wait.max.ms": 100})
+    try:
+        assert log.consumer_settings("reader", {})["fetch.wait.max.ms"] <= 10
+        assert other.consumer_settings("reader", {})["fetch.wait.max.ms"] == 100
+    finally:
+        log.close()
+        other.close()
+
+
 def _appends(log, topic):
     try:
         return log.append(topic, "k", b"after") >= 0

@@ -107,6 +107,20 @@ def test_a_leader_confirmed_by_the_log_acts_again() -> None:
     assert a.acting(clock.monotonic())
 
 
+def test_a_lease_confirmed_after_a_pause_is_logged_with_its_epoch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The operator (and the two-leader test on Kafka) can tell from the log alone that a
+    server woken past its lease acted again only once the log had confirmed it."""
+    clock = FakeClock()
+    a, _ = join(MemoryStore(), clock, "a")
+    a.renew(clock.monotonic())
+    clock.advance(SESSION_S * 0.9)  # past the safe part of the session, inside the lease
+    with caplog.at_level("INFO", logger="pushjobs.server"):
+        assert a.confirm(clock.monotonic()) is Lease.HELD
+    assert f"the leader lease is still held (epoch {a.epoch})" in caplog.text
+
+
 def test_the_member_id_names_this_process() -> None:
     import os
     import socket
