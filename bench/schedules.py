@@ -4,8 +4,10 @@
 
 1. memory: ``--schedules`` cron schedules armed in the core (``server/firing.py``): RSS
    growth and bytes per schedule, and the time to arm them;
-2. resume: a new leader (``Scheduler.take_over``) reading ``--resume`` schedule records
-   back from a SQLite log and re-arming them, as after a restart or takeover;
+2. resume: a server gaining a partition of ``--resume`` schedules after a rebalance
+   (``Scheduler.rebalance``): its lease taken, the partition read back from a SQLite log
+   and its schedules re-armed; and (in a fresh process) a lone new leader reading every
+   schedule (``take_over``) and arming them all, with its RSS growth;
 3. lateness: 1,000 fires a minute (1,000 schedules, each at its own second of the
    minute) among all the others, fired by the scheduler through real job effects on the
    SQLite log for ``--seconds``, the loop sleeping until the next deadline as the daemon
@@ -28,6 +30,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import orjson
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.clock import SystemClock
@@ -38,9 +41,12 @@ from server.firing import Firing
 from server.jobs import Jobs
 from server.leadership import Leadership
 from server.nodes import NodeTable
+from server.schedcatalog import Entry
+from server.schedlog import fire_key, fire_value, key_of
 from server.schedule import Schedule, Trigger
 from server.scheduler import Scheduler
 from server.settings import JobSettings
+from server.shards import topic_of
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
 
@@ -51,7 +57,7 @@ def rss_mb() -> float:
 
 
 def job(command: str, node: str) -> dict[str, Any]:
-    options = {"env": {}, "cwd": None, "capture": False}
+    options: dict[str, Any] = {"env": {}, "cwd": None, "capture": False}
     return {"command": command, "nodes": [node], "quorum": "0", "options": options}
 
 
@@ -94,6 +100,11 @@ def leader(path: Path) -> tuple[Jobs, Scheduler]:
     return jobs, scheduler
 
 
+def close(jobs: Jobs, scheduler: Scheduler) -> None:
+    scheduler.close()
+    jobs.leadership.close()
+
+
 def bench_memory(count: int) -> None:
     """The core alone: what arming ``count`` schedules costs, and the heap's speed."""
     gc.collect()
@@ -108,66 +119,95 @@ def bench_memory(count: int) -> None:
     grown = rss_mb() - before
     print(
         f"core: {count} schedules armed in {took:.2f} s ({count / took:,.0f}/s); "
-        f"RSS +{grown:.0f} MB, {grown * 2**20 / count:,.0f} bytes per schedule"
+        f"RSS +{grown:.0f} MB, {grown * 2**20 / max(1, count):,.0f} bytes per schedule"
     )
     started = time.perf_counter()
     popped = core.heap.pop_due(now_ms + 86_400_000)
     print(f"heap: {len(popped)} due times popped in {time.perf_counter() - started:.2f} s")
 
 
-def write_schedules(path: Path, count: int) -> None:
+def write_schedules(path: Path, count: int, *, topic: str | None = None) -> None:
+    """``count`` schedules, each with a fire state, in their partitions (all in ``topic``
+    when given, as for one partition's resume)."""
     jobs, writer = leader(path)
-    writer.take_over(SystemClock().wall_ms())
     now_ms = SystemClock().wall_ms()
-    batch = []
+    batches: dict[str, list[tuple[str, bytes | None]]] = {}
     for i in range(count):
         schedule = daily(i)
-        writer.firing.put(schedule, now_ms)
-        batch.append(writer._record(schedule.schedule_id, []))
-        if len(batch) == 1000:
-            writer._write(batch)
-            batch = []
-    writer._write(batch)
-    jobs.leadership.close()
+        sid = schedule.schedule_id
+        where = topic or topic_of(writer.topic, sid, writer.count)
+        batch = batches.setdefault(where, [])
+        definition = {"schedule": schedule.to_json(), "from_ms": now_ms - 86_400_000}
+        batch.append((key_of(sid), orjson.dumps(definition)))
+        job_id = f"{i:x}00000000"
+        fired: list[dict[str, Any]] = [
+            {"due_ms": now_ms - 3_600_000, "job_id": job_id, "outcome": "fired"}
+        ]
+        batch.append((fire_key(sid), fire_value(now_ms - 60_000, job_id, fired, [])))
+        if len(batch) >= 2000:
+            jobs.leadership.append(where, batch)
+            batch.clear()
+    for where, batch in batches.items():
+        jobs.leadership.append(where, batch)
+    close(jobs, writer)
 
 
 def measure_load(path: Path) -> None:
-    """In a fresh process: RSS growth of a new leader loading every schedule of ``path``."""
+    """In a fresh process: RSS growth of a lone new leader reading every schedule of
+    ``path`` (its catalog) and arming them (it owns every partition)."""
     gc.collect()
     before = rss_mb()
     jobs, scheduler = leader(path)
+    clock = SystemClock()
     started = time.perf_counter()
-    scheduler.take_over(SystemClock().wall_ms())
+    scheduler.take_over(clock.wall_ms())
+    scheduler.rebalance(clock.wall_ms())
     took = time.perf_counter() - started
     gc.collect()
     grown = rss_mb() - before
-    count = len(scheduler.firing)
+    count = len(scheduler.owner)
     print(
         f"server: {count} schedules loaded from the log and armed in {took:.2f} s; "
         f"RSS +{grown:.0f} MB, {grown * 2**20 / max(1, count):,.0f} bytes per schedule"
     )
-    jobs.leadership.close()
+    close(jobs, scheduler)
 
 
 def bench_resume(count: int, root: Path) -> None:
-    write_schedules(root / "resume.db", count)
-    _, new_owner = leader(root / "resume.db")
+    """A partition of ``count`` schedules gained by a server after a rebalance: its lease
+    taken, the partition read back and its schedules armed."""
+    path = root / "resume.db"
+    write_schedules(path, count, topic="pushjobs.schedules.0")
+    jobs, new_owner = leader(path)
     started = time.perf_counter()
-    new_owner.take_over(SystemClock().wall_ms())
+    new_owner.rebalance(SystemClock().wall_ms())
     took = time.perf_counter() - started
-    print(f"resume: {len(new_owner.firing)} schedules read back and armed in {took:.2f} s")
-    new_owner.leadership.close()
+    print(
+        f"resume: a partition of {len(new_owner.owner)} schedules taken and armed in {took:.2f} s"
+    )
+    close(jobs, new_owner)
 
 
 def bench_lateness(count: int, seconds: float, root: Path) -> None:
     jobs, scheduler = leader(root / "lateness.db")
-    scheduler.take_over(SystemClock().wall_ms())
-    now_ms = SystemClock().wall_ms()
+    clock = SystemClock()
+    scheduler.take_over(clock.wall_ms())
+    scheduler.rebalance(clock.wall_ms())  # alone: every partition is this server's
+    owner, catalog = scheduler.owner, scheduler.catalog
+
+    def arm(schedule: Schedule, now_ms: int) -> None:
+        sid = schedule.schedule_id
+        topic = topic_of(scheduler.topic, sid, scheduler.count)
+        owner.firing.put(schedule, now_ms)
+        owner.topic_of[sid] = topic
+        catalog.put(sid, Entry(schedule, now_ms, topic))
+
+    now_ms = clock.wall_ms()
     for i in range(count):
-        scheduler.firing.put(daily(i), now_ms)
-    now_ms = SystemClock().wall_ms()  # arming the others took a while: from now on
+        arm(daily(i), now_ms)
+    now_ms = clock.wall_ms()  # arming the others took a while: from now on
     for i in range(1000):
-        scheduler.firing.put(each_minute(i), now_ms)
+        arm(each_minute(i), now_ms)
     late: deque[int] = deque()
     start = jobs.start
 
@@ -177,7 +217,6 @@ def bench_lateness(count: int, seconds: float, root: Path) -> None:
         return job_id
 
     jobs.start = timed_start  # type: ignore[method-assign]
-    clock = SystemClock()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         due = scheduler.next_deadline_ms()
@@ -185,6 +224,7 @@ def bench_lateness(count: int, seconds: float, root: Path) -> None:
         time.sleep(wait_s)  # the daemon's poll, with nothing to read
         scheduler.tick(clock.wall_ms())
         jobs.flush(clock.wall_ms())
+    close(jobs, scheduler)
     ordered = sorted(late)
     if not ordered:
         print("lateness: no fires")

@@ -171,12 +171,15 @@ class Server:
             server_name=self.name,
             registered=partial(node_registered, registry),
         )
-        # A schedule fires only on the leader (DESIGN section 10, single owner for now).
+        # Every server fires the schedules of its partitions; the leader starts their jobs.
         self.scheduler = Scheduler(
             self.jobs,
             self.topics.schedules,
             clock=self.clock,
             settle_ms=round(2 * live.offline_threshold * live.interval_s * 1000) + 2000,
+            membership=self.membership,
+            partitions=section.schedule_partitions,
+            outage=self.outage,
         )
         self.leadership.on_stand_by = self.stand_by
         inbox = Inbox(sessions.resolve, proto.max_skew_s, limits)
@@ -387,6 +390,7 @@ class Server:
             self.metrics.close()
             if self.stopping:
                 self.membership.leave()
+            self.scheduler.close()  # its partitions' leases handed over at once
             self.leadership.close()
         finally:
             self.handshakes.close()  # its monitor socket first: the context waits for it

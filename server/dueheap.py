@@ -6,7 +6,7 @@ an entry whose due time is no longer its key's (re-armed, disarmed) is dropped w
 reaches the top (lazy deletion), and the heap is rebuilt when such stale entries
 outnumber the live ones, so memory stays proportional to the keys armed.
 
-Killed at any line: held in memory only; the scheduler re-arms it from the log.
+Killed at any line: held in memory only; the partition's owner re-arms it from the log.
 """
 
 from __future__ import annotations

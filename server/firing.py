@@ -17,8 +17,8 @@ or skipped). ``tick(now_ms, active)`` pops what is due and answers with ``Fire``
 ``consumed_ms`` moves only forward, to the due time of each outcome; a held due time is
 not consumed until it fires, so a restart finds it due again.
 
-Killed at any line: held in memory only. The scheduler writes each outcome's
-``consumed_ms`` before it acts on it and re-arms this from the log.
+Killed at any line: held in memory only. The partition's owner (``schedowner.py``) writes
+each outcome's ``consumed_ms`` before it acts on it and re-arms this from the log.
 """
 
 from __future__ import annotations

@@ -189,6 +189,16 @@ class Membership:
         self.failing = False
         self.next_lookup = 0.0  # monotonic: when ``leader_api`` may read the topic again
 
+    @classmethod
+    def reader(cls, leadership: Leadership, clock: Clock) -> Membership | None:
+        """A view of the control topic that writes nothing, this server known by the name
+        and incarnation of its lease (``NAME:INCARNATION@HOST/PID``); None if the lease
+        does not say them."""
+        name, _, incarnation = leadership.member.member_id.rpartition("@")[0].partition(":")
+        if leadership.control_topic is None or not name or not incarnation:
+            return None
+        return cls(leadership, name, incarnation, {}, clock)
+
     def me(self, now_ms: int) -> Member:
         leader = self.leadership.leader
         return Member(
@@ -245,6 +255,17 @@ class Membership:
                 return None
             found = self.roster.leader(self.clock.wall_ms(), besides=self.incarnation)
         return found.api if found is not None else None
+
+    def live(self) -> list[str]:
+        """Every server whose record is fresh (this one too), as ``name:incarnation``: what
+        the schedule partitions are assigned over (``partitions.py``)."""
+        now_ms = self.clock.wall_ms()
+        fresh = {
+            f"{m.name}:{m.incarnation}"
+            for m in self.roster.members.values()
+            if self.roster.fresh(m, now_ms)
+        }
+        return sorted(fresh | {f"{self.name}:{self.incarnation}"})
 
     def rows(self) -> list[dict[str, Any]]:
         now_ms = self.clock.wall_ms()

@@ -1,5 +1,8 @@
 """The server half of ``pushjobs schedule``: ``schedule.*`` methods over the leader's
-``Scheduler`` (``scheduler.py``), found on the backend at each call.
+``Scheduler`` (``scheduler.py``), found on the backend at each call. The leader answers
+from its catalog of every partition and writes a change to the schedule's partition; the
+partition's owner, maybe another server, follows it within a fraction of a second (a
+due time in between still fires).
 
 ``schedule.add`` takes every ``job.start`` param (checked as ``job.start`` checks them,
 ``schedjob.py``) and one trigger: ``at`` (ISO 8601; without an offset, in ``tz``),

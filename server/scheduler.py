@@ -1,33 +1,34 @@
-"""The leader's schedules: kept in the ``schedules`` topic, fired from one heap of due times.
+"""Schedules over the servers: each fired by its partition's owner, started by the leader.
 
-Theory of operation (DESIGN section 10, the single-owner version: the leader owns every
-schedule). Each schedule is one compacted record, key ``schedule:<id>``: its definition,
-``consumed_ms`` (its due times up to there are settled), its last fires and ``pending``,
-the fires of its latest write. A change (add, pause, resume) is written, fenced by the
-leader's epoch, before it is acknowledged; a delete writes a tombstone.
+Theory of operation (DESIGN section 10). Schedules live in P partition topics
+(``shards.py``). Every server, leader or standby, owns the partitions the assignment over
+the live servers gives it (``partitions.py``, renewed a third of a lease session apart)
+and fires their schedules (``schedowner.py``): a fire is a ``fire:<id>`` record written
+fenced by the partition's epoch, its job id derived from (schedule id, due time).
 
-``tick(now_ms)`` asks the pure core (``firing.py``) what is due. A fire is written first
-(the schedule's record with ``consumed_ms`` moved to the due time and the fire in
-``pending``), then started through ``Jobs.start`` with the job id derived from (schedule
-id, due time): the start request in ``commands`` and the job follow as for ``job.start``.
+The leader does the rest. It reads every partition (``schedcatalog.py``): the API's
+``schedule.*`` calls are answered from there, and a change is written to the schedule's
+partition, fenced by the leader's epoch, before it is answered (the partition's owner
+follows it). Each fire record it reads is a start request: the fire's job is started
+through ``Jobs.start`` under the derived id, which starts a given id at most once, so a
+fire read twice (the owner on the leader hands it over at once, then it is read) or
+completed by a new leader starts one job. After a takeover, starts wait, for at most
+``settle_ms``, until the nodes a fire targets are online again, so a restart alone does
+not make a fire find its nodes away.
 
-A new leader (``take_over``) reads every record back and re-arms the heap; the fires of
-each record's ``pending`` that no job exists for were written but never started (the
-previous leader died in between): they are started now, under their derived ids, which
-``Jobs.start`` starts at most once. Due times after ``consumed_ms`` follow the catch-up
-policy. Firing waits, for at most ``settle_ms`` after a takeover, until the nodes a fire
-targets are online again, so a restart alone does not make a fire find its nodes away.
-
-Killed at any line: before a fire's write, the due time is still unsettled and is found
-due again; after it, the fire is in ``pending`` and is started by the next leader, once.
+Killed at any line: an owner killed before a fire's write leaves the due time unsettled
+and the partition's next owner finds it due; after it, the record is in the log and the
+(next) leader starts it, once. A leader killed between reading a fire and starting it
+leaves its committed offset before that record, so the next leader reads it again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
-from collections import deque
-from collections.abc import Mapping, Sequence
+import socket
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -35,11 +36,17 @@ import orjson
 from pushjobs.api import methods
 from pushjobs.clock import Clock
 from pushjobs.errors import ApiError, LogError, NotFound, PushJobsError
-from server.firing import DEFAULT_GRACE_MS, Fire, Firing, Skip
+from pushjobs.log.base import TopicPolicy
+from pushjobs.log.retry import Outage
+from server.firing import DEFAULT_GRACE_MS, Fire
 from server.jobparams import job_params, job_request
 from server.jobs import Jobs
-from server.schedjob import shown
-from server.schedlog import key_of, latest_values
+from server.jobwatch import JobWatch
+from server.membership import Membership
+from server.partitions import Partitions
+from server.schedcatalog import Catalog, Entry
+from server.schedlog import agreed_count, key_of
+from server.schedowner import Owner
 from server.schedule import (
     CatchUp,
     Overlap,
@@ -49,13 +56,13 @@ from server.schedule import (
     describe,
     next_due,
 )
+from server.shards import DEFAULT_PARTITIONS, partition_topics, topic_of
 from server.targeting import select
 
 log = logging.getLogger("pushjobs.server")
 
-RELOAD_AFTER_MS = 1000
 SETTLE_POLL_MS = 100
-HISTORY_KEPT = 20  # fires each record keeps (``schedule history``)
+FOLLOW_EVERY_MS = 200  # how often the partitions are read for what others wrote
 DEFAULT_SETTLE_MS = 15_000
 
 
@@ -68,135 +75,201 @@ class Scheduler:
         clock: Clock,
         grace_ms: int = DEFAULT_GRACE_MS,
         settle_ms: int = DEFAULT_SETTLE_MS,
+        membership: Membership | None = None,
+        partitions: int = DEFAULT_PARTITIONS,
+        outage: Outage | None = None,
     ) -> None:
         self.jobs = jobs
         self.clock = clock  # for API calls; the loop's ticks bring their own time
         self.leadership = jobs.leadership
-        self.topic = topic
+        self.log = self.leadership.log
+        self.topic = topic  # the partitions' base name (and the single-owner version's topic)
+        self.count = agreed_count(self.log, topic, partitions, self.leadership.member.member_id)
         self.settle_ms = settle_ms
-        self.firing = Firing(grace_ms=grace_ms)
-        self.history: dict[str, deque[dict[str, Any]]] = {}
-        self.unstarted: dict[str, Fire] = {}  # job id -> a fire written but not started
+        self.membership = membership or Membership.reader(self.leadership, clock)
+        topics = partition_topics(topic, self.count)
+        for name in topics:
+            self.log.create_topic(name, TopicPolicy(compacted=True))
+        # As the control topic names this server (the name and incarnation its lease holds).
+        server_id = self.leadership.member.member_id.rpartition("@")[0] or jobs.server_name
+        if self.membership is not None:
+            server_id = f"{self.membership.name}:{self.membership.incarnation}"
+        self.partitions = Partitions(
+            self.log,
+            topics,
+            server_id=server_id,
+            member_id=f"{server_id}@{socket.gethostname()}/{os.getpid()}",
+            session_s=self.leadership.session_s,
+        )
+        # A fire not started yet is active this long (the leader may be taking over).
+        pending_ms = settle_ms + round(3 * self.leadership.session_s * 1000)
+        self.watch = JobWatch(self.log, jobs.topics.assignments, pending_ms=pending_ms)
+        self.now_ms = 0
+        self.catalog = Catalog(self.log, topics, self._intern)
+        self.owner = Owner(self.log, grace_ms=grace_ms, intern=self._intern)
+        self.not_started: dict[tuple[str, int], str] = {}  # (sid, due) -> why, this leader
+        self.unstarted: dict[str, Fire] = {}  # job id -> a fire read but not started
         self.loaded = False
         self.hold_until_ms = 0
         self.asked_ms = 0  # settling: when the nodes were last found away
-        self.reload_at_ms: int | None = None  # a write failed: read everything back then
-        self.damaged = 0
+        self.outage = Outage()  # the log failing: nothing is tried before ``retry_at_ms``
+        self.server_outage = outage  # the server's own (``tenure.py``): not tried meanwhile
+        self.retry_at_ms = 0
+        self.renew_at_ms = 0
+        self.follow_at_ms = 0
+
+    # --- partitions -------------------------------------------------------------------------
+
+    def _intern(self, schedule: Schedule) -> Schedule:
+        """The one object this server holds for ``schedule`` (the leader's catalog and the
+        owner of its partition both need it: a copy each would double its memory)."""
+        sid = schedule.schedule_id
+        entry = self.catalog.entries.get(sid)
+        for known in (entry.schedule if entry else None, self.owner.firing.schedule(sid)):
+            if known is not None and known == schedule and known.job_json == schedule.job_json:
+                return known
+        return schedule
+
+    def live(self) -> list[str]:
+        """The live servers, from what the control topic says now (``LogError``)."""
+        if self.membership is None:
+            return []
+        self.membership.read()
+        return self.membership.live()
+
+    def rebalance(self, now_ms: int) -> None:
+        """Follow the assignment over the live servers; load what was gained."""
+        self.renew_at_ms = now_ms + round(self.leadership.session_s * 1000 / 3)
+        for topic in self.owner.broken & self.partitions.owned():
+            self.partitions.lose(topic)  # granted again at this poll: read back
+        changes = self.partitions.renew(self.live())
+        if changes.error is not None:
+            self.renew_at_ms = now_ms  # again as soon as the log answers
+        for topic in changes.lost:
+            self.owner.drop(topic)
+            log.info("schedule partition %s: no longer owned here", topic)
+        for topic in changes.gained:
+            fence = self.partitions.fence(topic)
+            assert fence is not None
+            try:
+                armed = self.owner.load(topic, fence)
+            except LogError:
+                self.owner.broken.add(topic)  # read back once the log answers
+                raise
+            log.info("schedule partition %s: owned here, %d schedules armed", topic, armed)
+        if changes.error is not None:
+            raise changes.error
+
+    def close(self) -> None:
+        """A clean stop: every partition handed over at once."""
+        self.owner.clear()
+        self.partitions.close()
 
     # --- leadership -------------------------------------------------------------------------
 
     def take_over(self, now_ms: int) -> None:
-        """Load every schedule from the log and arm it; call after ``Jobs.take_over``."""
+        """Read every partition and complete what was fired; call after ``Jobs.take_over``."""
         self.stand_by()
-        for key, value in latest_values(self.leadership.log, self.topic):
-            try:
-                self._load(orjson.loads(value))
-            except (orjson.JSONDecodeError, ScheduleError, KeyError, TypeError, ValueError) as e:
-                self.damaged += 1
-                log.error("cannot restore %s: %s", key, e)
+        pending = self.catalog.load()
+        coordinator = self.jobs.coordinator
+        for fire in pending:
+            if fire.job_id not in coordinator.jobs:
+                self.unstarted[fire.job_id] = fire
         self.loaded = True
         self.hold_until_ms = now_ms + self.settle_ms
-        log.info("%d schedules armed, %d fires to complete", len(self.firing), len(self.unstarted))
-
-    def _load(self, value: Mapping[str, Any]) -> None:
-        schedule = Schedule.from_json(value["schedule"])
-        sid = schedule.schedule_id
-        self.firing.put(schedule, int(value["consumed_ms"]), value.get("last_job"))
-        fires = value.get("fires")
-        if fires:  # an empty deque is 600 bytes: none for a schedule that never fired
-            self.history[sid] = deque(fires, maxlen=HISTORY_KEPT)
-        coordinator = self.jobs.coordinator
-        for fire in value.get("pending") or []:
-            job_id = str(fire["job_id"])
-            if job_id not in coordinator.jobs:
-                self.unstarted[job_id] = Fire(sid, int(fire["due_ms"]), job_id)
+        self.follow_at_ms = 0
+        log.info("%d schedules known, %d fires to complete", len(self.catalog), len(pending))
 
     def stand_by(self) -> None:
-        self.reload_at_ms = None
-        self.firing.clear()
-        self.history.clear()
+        """Not the leader: the partitions owned stay, the catalog and starts go."""
+        self.catalog.clear()
+        self.not_started.clear()
         self.unstarted.clear()
         self.loaded = False
 
     # --- time -------------------------------------------------------------------------------
 
     def next_deadline_ms(self) -> int | None:
-        if not self.loaded:
-            return None
-        due = self.firing.next_deadline_ms()
-        if self.unstarted:
+        due = self.owner.next_deadline_ms()
+        if self.loaded and self.unstarted:
             due = self.hold_until_ms if due is None else min(due, self.hold_until_ms)
+        if due is None:
+            return None
         # Settling with the nodes away: what is due waits, asked again now and then.
-        return None if due is None else max(due, self.asked_ms + SETTLE_POLL_MS)
+        return max(due, self.asked_ms + SETTLE_POLL_MS) if self.loaded else due
 
     def tick(self, now_ms: int) -> None:
+        """Everything due: partitions renewed, followed and fired, and (the leader) fires
+        started. A log that fails stops it all until a backoff has passed: each call on a
+        log that does not answer may wait its whole timeout."""
+        self.now_ms = now_ms
+        if now_ms < self.retry_at_ms or (self.server_outage and self.server_outage.active):
+            return
+        try:
+            self._tick(now_ms)
+        except LogError as exc:
+            retry_at, line = self.outage.failed(exc, now_ms / 1000)
+            self.retry_at_ms = round(retry_at * 1000)
+            if line is not None:
+                log.error("schedules: %s", line)
+            return
+        line = self.outage.recovered(now_ms / 1000)
+        if line is not None:
+            log.info("schedules: %s", line)
+
+    def _tick(self, now_ms: int) -> None:
+        if now_ms >= self.renew_at_ms or self.owner.broken:
+            self.rebalance(now_ms)
+        following = now_ms >= self.follow_at_ms
+        if following:
+            self.follow_at_ms = now_ms + FOLLOW_EVERY_MS
+            self.owner.follow()
+            if not self.leadership.leader and len(self.owner):
+                self.watch.follow(now_ms)
+        fired = self.owner.tick(now_ms, self._active)
         if not self.leadership.leader:
             return
-        if self.reload_at_ms is not None and now_ms >= self.reload_at_ms:
-            self._reload(now_ms)
         if not self.loaded:
+            self.take_over(now_ms)  # a read that failed: again now the log answers
+        for fire in fired:  # fired here: started at once, read again later harmlessly
+            self.unstarted[fire.job_id] = fire
+        if following:
+            found: list[Fire] = []
+            try:
+                self.catalog.follow(found)
+            finally:
+                for fire in found:
+                    if fire.job_id not in self.jobs.coordinator.jobs:
+                        self.unstarted[fire.job_id] = fire
+        if not self.unstarted:
+            self.catalog.commit(now_ms)
             return
         if now_ms < self.hold_until_ms and not self._nodes_back(now_ms):
             self.asked_ms = now_ms
             return
         for fire in list(self.unstarted.values()):
             self._start(fire, now_ms)
-        outcomes = self.firing.tick(now_ms, self._active)
-        if not outcomes:
-            return
-        fires: dict[str, list[Fire]] = {}
-        for outcome in outcomes:
-            sid = outcome.schedule_id
-            if isinstance(outcome, Fire):
-                fires.setdefault(sid, []).append(outcome)
-            elif isinstance(outcome, Skip):
-                self._remember(sid, outcome.due_ms, None, f"skipped: {outcome.reason}")
-        touched = {o.schedule_id for o in outcomes}
-        try:
-            self._write([self._record(sid, fires.get(sid, [])) for sid in touched])
-        except ApiError:
-            return  # deposed: the next leader finds these due again
-        except LogError as exc:
-            # Nothing of this tick is durable: forget it, and read the log back once it
-            # answers (a due time not written is found due again).
-            log.error("schedules not written (%s): reading them back in 1 s", exc)
-            self.stand_by()
-            self.reload_at_ms = now_ms + RELOAD_AFTER_MS
-            return
-        for batch in fires.values():
-            for fire in batch:
-                self._remember(fire.schedule_id, fire.due_ms, fire.job_id, "fired")
-                self.unstarted[fire.job_id] = fire
-        for fire in [f for batch in fires.values() for f in batch]:
-            self._start(fire, now_ms)
-
-    def _reload(self, now_ms: int) -> None:
-        try:
-            self.take_over(now_ms)
-        except LogError as exc:
-            log.error("schedules not read back (%s): again in 1 s", exc)
-            self.stand_by()
-            self.reload_at_ms = now_ms + RELOAD_AFTER_MS
-            return
-        self.reload_at_ms = None
+        if not self.unstarted:
+            self.catalog.commit(now_ms)
 
     def _active(self, job_id: str) -> bool:
+        if not self.leadership.leader:
+            return self.watch.active(job_id, self.now_ms)
         if job_id in self.unstarted:
             return True
         job = self.jobs.coordinator.jobs.get(job_id)
         return job is not None and not job.finished
 
     def _nodes_back(self, now_ms: int) -> bool:
-        """Every node targeted by what would fire now is online (asked while settling)."""
+        """Every node targeted by what would start now is online (asked while settling)."""
         online = set(self.jobs.liveness.online_peers())
         facts = list(self.jobs.nodes.facts())
-        waiting = {f.schedule_id for f in self.unstarted.values()}
-        for sid in waiting | set(self.firing.due_now(now_ms)):
-            schedule = self.firing.schedule(sid)
-            if schedule is None:
+        for sid in {f.schedule_id for f in self.unstarted.values()}:
+            entry = self.catalog.entries.get(sid)
+            if entry is None:
                 continue
             try:
-                targets = select(schedule.job["nodes"], facts, exists=self.jobs.registered)
+                targets = select(entry.schedule.job["nodes"], facts, exists=self.jobs.registered)
             except PushJobsError:
                 return False
             if not set(targets) <= online:
@@ -204,13 +277,13 @@ class Scheduler:
         return True
 
     def _start(self, fire: Fire, now_ms: int) -> None:
-        self.unstarted.pop(fire.job_id, None)
-        schedule = self.firing.schedule(fire.schedule_id)
-        if schedule is None:
+        entry = self.catalog.entries.get(fire.schedule_id)
+        if entry is None:
+            self.unstarted.pop(fire.job_id, None)
             return  # deleted since
         try:
             self.jobs.start(
-                job_request(schedule.job),
+                job_request(entry.schedule.job),
                 f"schedule:{fire.schedule_id}",
                 now_ms,
                 job_id=fire.job_id,
@@ -218,47 +291,19 @@ class Scheduler:
             )
         except ApiError as exc:
             if exc.code == methods.NOT_LEADER:
-                return
+                return  # kept: the next leader reads it again (not committed)
             self._failed(fire, exc)
+        except LogError:
+            raise  # kept: started once the log answers
         except (PushJobsError, KeyError, TypeError, ValueError) as exc:
             self._failed(fire, exc)
+        self.unstarted.pop(fire.job_id, None)
 
     def _failed(self, fire: Fire, exc: Exception) -> None:
         log.warning(
             "schedule %s: fire due at %d not started: %s", fire.schedule_id, fire.due_ms, exc
         )
-        self._remember(fire.schedule_id, fire.due_ms, fire.job_id, f"not started: {exc}")
-
-    def _remember(self, sid: str, due_ms: int, job_id: str | None, outcome: str) -> None:
-        history = self.history.setdefault(sid, deque(maxlen=HISTORY_KEPT))
-        for entry in history:
-            if entry["due_ms"] == due_ms and entry.get("job_id") == job_id:
-                entry["outcome"] = outcome
-                return
-        history.append({"due_ms": due_ms, "job_id": job_id, "outcome": outcome})
-
-    # --- records ----------------------------------------------------------------------------
-
-    def _record(self, sid: str, pending: list[Fire]) -> tuple[str, bytes]:
-        core = self.firing
-        schedule = core.schedule(sid)
-        assert schedule is not None
-        kept = [
-            {"due_ms": e["due_ms"], "job_id": e["job_id"]}
-            for e in self.history.get(sid, ())
-            if e.get("job_id") is not None
-        ] + [{"due_ms": f.due_ms, "job_id": f.job_id} for f in pending]
-        value = {
-            "schedule": schedule.to_json(),
-            "consumed_ms": core.consumed_ms(sid),
-            "last_job": core.last_job(sid),
-            "fires": kept[-HISTORY_KEPT:],
-            "pending": [{"due_ms": f.due_ms, "job_id": f.job_id} for f in pending],
-        }
-        return key_of(sid), orjson.dumps(value)
-
-    def _write(self, batch: Sequence[tuple[str, bytes | None]]) -> None:
-        self.leadership.append(self.topic, batch)
+        self.not_started[(fire.schedule_id, fire.due_ms)] = f"not started: {exc}"
 
     # --- the API ----------------------------------------------------------------------------
 
@@ -266,12 +311,20 @@ class Scheduler:
         if not self.leadership.leader or not self.loaded:
             raise ApiError("this server is not the leader", code=methods.NOT_LEADER)
 
-    def _get(self, schedule_id: str) -> Schedule:
+    def _get(self, schedule_id: str) -> Entry:
         self._leading()
-        schedule = self.firing.schedule(schedule_id)
-        if schedule is None:
+        entry = self.catalog.entries.get(schedule_id)
+        if entry is None:
             raise NotFound(f"no schedule {schedule_id!r}")
-        return schedule
+        return entry
+
+    def _write(self, sid: str, entry: Entry | None, topic: str) -> None:
+        """A definition written to its partition (fenced by this leader's epoch)."""
+        value = None
+        if entry is not None:
+            value = orjson.dumps({"schedule": entry.schedule.to_json(), "from_ms": entry.from_ms})
+        self.leadership.append(topic, [(key_of(sid), value)])
+        self.follow_at_ms = 0  # its owner may be this server: read it at the next tick
 
     def add(
         self,
@@ -298,76 +351,49 @@ class Scheduler:
             raise ApiError(str(exc), code=methods.BAD_REQUEST) from None
         if next_due(schedule, now_ms) is None:
             raise ApiError("that time has passed: it would never fire", code=methods.BAD_REQUEST)
-        self.firing.put(schedule, now_ms)
-        try:
-            self._write([self._record(schedule.schedule_id, [])])
-        except PushJobsError:  # not durable: not kept
-            self.firing.remove(schedule.schedule_id)
-            raise
-        log.info(
-            "schedule %s: %s %s, by %s",
-            schedule.schedule_id,
-            schedule.command,
-            describe(schedule),
-            caller,
-        )
-        return self.view(schedule)
+        sid = schedule.schedule_id
+        entry = Entry(schedule, now_ms, topic_of(self.topic, sid, self.count))
+        self._write(sid, entry, entry.topic)  # not durable: not kept (raises)
+        self.catalog.put(sid, entry)
+        log.info("schedule %s: %s %s, by %s", sid, schedule.command, describe(schedule), caller)
+        return self.catalog.view(sid)
 
     def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
-        schedule = self._get(schedule_id)
-        now_ms = self.clock.wall_ms()
-        core = self.firing
-        before = (schedule, core.consumed_ms(schedule_id), core.last_job(schedule_id))
+        entry = self._get(schedule_id)
         # Resumed: what fell due while paused is not fired.
-        consumed = before[1] if paused else max(before[1], now_ms)
-        core.put(schedule.with_paused(paused), consumed, before[2])
-        try:
-            self._write([self._record(schedule_id, [])])
-        except PushJobsError:  # not durable: as it was
-            core.put(*before)
-            raise
-        return self.view(schedule.with_paused(paused))
+        from_ms = entry.from_ms if paused else max(entry.from_ms, self.clock.wall_ms())
+        changed = Entry(entry.schedule.with_paused(paused), from_ms, entry.topic)
+        self._write(schedule_id, changed, entry.topic)
+        self.catalog.put(schedule_id, changed)
+        return self.catalog.view(schedule_id)
 
     def delete(self, schedule_id: str) -> dict[str, Any]:
-        schedule = self._get(schedule_id)
-        self._write([(key_of(schedule_id), None)])
-        self.firing.remove(schedule_id)
-        self.history.pop(schedule_id, None)
-        return {"deleted": schedule_id, "command": schedule.command}
+        entry = self._get(schedule_id)
+        self._write(schedule_id, None, entry.topic)
+        self.catalog.entries.pop(schedule_id, None)
+        return {"deleted": schedule_id, "command": entry.schedule.command}
 
     def rows(self) -> list[dict[str, Any]]:
         self._leading()
         return sorted(
-            (self.view(s) for s in self.firing.schedules()), key=lambda r: r["created_ms"]
+            (self.catalog.view(sid) for sid in self.catalog.entries), key=lambda r: r["created_ms"]
         )
 
     def show(self, schedule_id: str) -> dict[str, Any]:
-        return self.view(self._get(schedule_id))
+        self._get(schedule_id)
+        return self.catalog.view(schedule_id)
 
     def fires(self, schedule_id: str) -> list[dict[str, Any]]:
         self._get(schedule_id)
         coordinator = self.jobs.coordinator
         out = []
-        for entry in self.history.get(schedule_id, ()):
+        for entry in self.catalog.fires(schedule_id):
             row = dict(entry)
             job = coordinator.jobs.get(str(entry.get("job_id")))
             row["job_state"] = job.state.value if job is not None else None
             row.setdefault("outcome", "fired")
+            why = self.not_started.get((schedule_id, int(entry.get("due_ms") or 0)))
+            if why is not None and entry.get("job_id"):
+                row["outcome"] = why
             out.append(row)
         return out
-
-    def view(self, schedule: Schedule) -> dict[str, Any]:
-        sid = schedule.schedule_id
-        core = self.firing
-        history = self.history.get(sid)
-        last = next((e for e in reversed(history or ()) if e.get("job_id")), None)
-        return {
-            **schedule.to_json(),
-            "job": shown(schedule.job),
-            "command": schedule.command,
-            "nodes": list(schedule.job.get("nodes", [])),
-            "when": describe(schedule),
-            "next_due_ms": core.next_due_ms(sid) if sid in core else None,
-            "consumed_ms": core.consumed_ms(sid) if sid in core else None,
-            "last_fire": last,
-        }

@@ -10,6 +10,7 @@
     advertise_host = ""                     # host named to nodes (default: the bind host)
     auto_accept = false
     metrics_bind = "127.0.0.1:9464"         # Prometheus endpoint; port 0: any, "": off
+    schedule_partitions = 8                 # fixed in the log by the first server
     [jobs]      vote_timeout_s, run_timeout_s
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
@@ -34,6 +35,7 @@ from pushjobs.config import LivenessSettings, ProtocolSettings
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
 from server.metrics import parse_bind
+from server.shards import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
 CONFIG_FILE = "server.toml"
 """Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
@@ -68,6 +70,10 @@ class ServerSection:
     """Raise the soft open-file limit towards this (capped by the hard limit)."""
     metrics_bind: str = "127.0.0.1:9464"
     """The Prometheus endpoint, host:port (port 0: any free port; "" turns it off)."""
+    schedule_partitions: int = DEFAULT_PARTITIONS
+    """Partitions of the schedules (each owned by one server at a time). The first server
+    of an installation writes it to the log, and every server uses the log's (a server
+    set otherwise says so): a schedule's id hashes to its partition, for good."""
 
     def check(self) -> Iterable[tuple[str, str]]:
         for name in ("api_bind", "heartbeat_bind", "reply_bind"):
@@ -82,6 +88,8 @@ class ServerSection:
             yield "compact_every_s", "must not be negative (0 turns it off)"
         if self.registry_check_s <= 0:
             yield "registry_check_s", "must be greater than 0"
+        if not 1 <= self.schedule_partitions <= MAX_PARTITIONS:
+            yield "schedule_partitions", f"must be from 1 to {MAX_PARTITIONS}"
         if self.max_pending_keys < 1:
             yield "max_pending_keys", "must be at least 1"
         if self.max_pending_per_source < 1:

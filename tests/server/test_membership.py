@@ -196,6 +196,30 @@ def test_a_server_that_leaves_is_forgotten_by_the_others() -> None:
     assert [r["incarnation"] for r in a.membership.rows()] == ["a"]
 
 
+def test_the_live_servers_are_the_fresh_records_and_this_one() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    assert a.membership.live() == b.membership.live() == ["server:a", "server:b"]
+    clock.advance(SESSION_S * 1.5 + 0.1)  # b killed: its record goes stale
+    a.renew(clock)
+    assert a.membership.live() == ["server:a"]
+    b.membership.leave()
+    assert a.membership.live() == ["server:a"]
+
+
+def test_a_reader_knows_this_server_by_its_lease_and_writes_nothing() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    before = a.log.end_offset(a.topics.control)
+    reader = Membership.reader(b.leadership, clock)
+    assert reader is not None and (reader.name, reader.incarnation) == ("server", "b")
+    reader.read()
+    assert reader.live() == ["server:a", "server:b"]
+    assert a.log.end_offset(a.topics.control) == before
+    plain = Leadership.join(a.log, a.topics, "pushjobs.", "x", SESSION_S)
+    assert Membership.reader(plain, clock) is None  # no incarnation in its lease
+
+
 def test_a_standby_writes_its_record_but_no_decision() -> None:
     clock = FakeClock()
     _a, b = two(clock)

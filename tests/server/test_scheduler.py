@@ -94,7 +94,9 @@ def test_add_is_durable_before_it_returns(clock: FakeClock) -> None:
     a = Server(store, clock, "a")
     a.lead()
     added = every2s(a, env={"X": "1"})
-    record = MemoryLog(store, clock=clock).latest(a.topics.schedules)[key_of(added["schedule_id"])]
+    partition = added["partition"]
+    assert partition.startswith(a.topics.schedules + ".")
+    record = MemoryLog(store, clock=clock).latest(partition)[key_of(added["schedule_id"])]
     assert record.value is not None
     kept = orjson.loads(record.value)
     assert kept["schedule"]["trigger"] == {"cron": "*/2 * * * * *", "tz": "UTC"}
@@ -219,7 +221,8 @@ def test_pause_resume_delete_are_written(clock: FakeClock) -> None:
     store = MemoryStore()
     a = Server(store, clock, "a")
     a.lead()
-    sid = every2s(a)["schedule_id"]
+    added = every2s(a)
+    sid = added["schedule_id"]
     assert a.call("schedule.pause", schedule_id=sid)["schedule"]["paused"] is True
     clock.advance(10)
     a.tick()
@@ -233,7 +236,7 @@ def test_pause_resume_delete_are_written(clock: FakeClock) -> None:
     with pytest.raises(ApiError) as info:
         a.call("schedule.show", schedule_id=sid)
     assert info.value.code == methods.NOT_FOUND
-    assert key_of(sid) not in b.leadership.log.latest(a.topics.schedules)
+    assert key_of(sid) not in b.leadership.log.latest(added["partition"])
 
 
 def test_secret_env_is_sealed_in_the_record_and_never_shown(clock: FakeClock) -> None:
@@ -243,7 +246,7 @@ def test_secret_env_is_sealed_in_the_record_and_never_shown(clock: FakeClock) ->
     a.jobs.sender.secrets = SecretBox.from_seed(b"k" * 32)  # type: ignore[misc]
     a.lead()
     added = every2s(a, secret_env={"TOKEN": "hunter2"})
-    raw = a.leadership.log.latest(a.topics.schedules)[key_of(added["schedule_id"])].value
+    raw = a.leadership.log.latest(added["partition"])[key_of(added["schedule_id"])].value
     assert raw is not None and b"hunter2" not in raw
     assert "hunter2" not in str(a.call("schedule.list"))
     assert added["job"]["options"]["secret_env"] == {"TOKEN": REDACTED}
@@ -270,7 +273,7 @@ def test_a_fire_the_log_refused_is_read_back_and_fired_once(clock: FakeClock) ->
     refused: list[str] = []
 
     def outage(topic: str, batch: Any, **kw: Any) -> list[int]:
-        if topic == a.topics.schedules and not refused:
+        if topic.startswith(a.topics.schedules) and not refused:
             refused.append(topic)
             raise BackendUnavailable("disk full")
         return real(topic, batch, **kw)
@@ -278,7 +281,7 @@ def test_a_fire_the_log_refused_is_read_back_and_fired_once(clock: FakeClock) ->
     a.leadership.log.append_batch = outage  # type: ignore[method-assign]
     clock.advance(2)
     a.tick()  # refused: nothing started, nothing kept
-    assert refused and a.jobs.coordinator.jobs == {} and not a.scheduler.loaded
+    assert refused and a.jobs.coordinator.jobs == {} and a.scheduler.owner.broken
     clock.advance(1)
     a.tick()  # read back from the log, then the due time is still due: fired once
     assert list(a.jobs.coordinator.jobs) == [fire_job_id(sid, clock.wall_ms() - 1000)]
@@ -312,3 +315,74 @@ def test_after_a_takeover_a_fire_waits_for_its_nodes_without_spinning(clock: Fak
     job = b.jobs.coordinator.jobs[fire_job_id(sid, dues[0])]
     assert set(job.nodes) == {"n1", "n2"}
     assert all(n.state.value != "unavailable" for n in job.nodes.values())
+
+
+def test_a_log_that_fails_is_asked_once_per_backoff_and_nothing_is_lost(
+    clock: FakeClock,
+) -> None:
+    from pushjobs.errors import BackendUnavailable
+
+    a = Server(MemoryStore(), clock, "a")
+    a.lead()
+    sid = every2s(a)["schedule_id"]
+    a.tick()
+    log = a.leadership.log
+    calls: list[str] = []
+    down = [True]
+    for name in ("end_offset", "read", "append_batch", "commit", "committed"):
+        real = getattr(log, name)
+
+        def failing(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            if down[0]:
+                calls.append(_name)
+                raise BackendUnavailable("no answer")
+            return _real(*args, **kw)
+
+        setattr(log, name, failing)
+    for _ in range(40):  # 10 s of the log not answering, ticked every 250 ms
+        clock.advance(0.25)
+        a.scheduler.tick(clock.wall_ms())
+    # Each try stops at the first failure; tries back off (0.5, 1, 2, 4 s...).
+    assert 3 <= len(calls) <= 6, calls
+    assert a.jobs.coordinator.jobs == {}
+    down[0] = False
+    clock.advance(10)  # past any backoff
+    a.tick()
+    a.tick()
+    dues = sorted(int(j[:-8], 16) for j in a.jobs.coordinator.jobs)
+    assert dues == list(range(dues[0], clock.wall_ms() + 1, 2000))  # every due time, once
+    assert fire_job_id(sid, dues[0]) in a.jobs.coordinator.jobs
+
+
+def test_a_schedule_of_the_single_owner_version_keeps_firing_from_its_old_topic(
+    clock: FakeClock,
+) -> None:
+    from server.schedule import Schedule
+
+    store = MemoryStore()
+    a = Server(store, clock, "a")
+    now = clock.wall_ms()
+    schedule = Schedule.of(
+        "0123456789ab",
+        {"command": "stamp", "nodes": ["n1"], "quorum": "0", "options": {}},
+        Trigger(cron="*/2 * * * * *"),
+        overlap=Overlap.ALLOW,
+    )
+    written = fire_job_id(schedule.schedule_id, now - 2000)  # its last fire, never started
+    old = {
+        "schedule": schedule.to_json(),
+        "consumed_ms": now - 2000,
+        "last_job": written,
+        "fires": [{"due_ms": now - 2000, "job_id": written}],
+        "pending": [{"due_ms": now - 2000, "job_id": written}],
+    }
+    a.leadership.log.append(a.topics.schedules, key_of(schedule.schedule_id), orjson.dumps(old))
+    a.lead()
+    shown = a.call("schedule.show", schedule_id=schedule.schedule_id)["schedule"]
+    assert shown["partition"] == a.topics.schedules and shown["next_due_ms"] == now
+    a.tick()
+    assert list(a.jobs.coordinator.jobs) == [written, fire_job_id(schedule.schedule_id, now)]
+    clock.advance(2)
+    a.tick()
+    assert fire_job_id(schedule.schedule_id, clock.wall_ms()) in a.jobs.coordinator.jobs
+    assert len(a.jobs.coordinator.jobs) == 3

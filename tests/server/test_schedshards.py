@@ -1,0 +1,261 @@
+"""Schedules sharded over servers, on one memory log with the fake clock: every server owns
+and fires a share of the partitions, the leader starts every fire once, and a server that
+dies or joins moves partitions with nothing fired twice and nothing skipped."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import Any
+
+import orjson
+import pytest
+
+from pushjobs.clock import FakeClock
+from pushjobs.log.memory import MemoryLog, MemoryStore
+from pushjobs.log.topics import create_standard_topics
+from pushjobs.protocol.liveness import LivenessTracker
+from server.jobs import Jobs
+from server.jobwatch import due_of
+from server.leadership import Leadership
+from server.nodes import NodeTable
+from server.schedadmin import SchedAdmin
+from server.scheduler import Scheduler
+from server.settings import JobSettings
+
+SESSION_S = 3.0
+
+
+class NoSender:
+    secrets = None
+
+    def send(self, *args: Any) -> None:
+        pass
+
+
+class Roster:
+    """What the control topic would say: the live servers, shared by every server here."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+
+class FakeMembership:
+    def __init__(self, roster: Roster, name: str) -> None:
+        self.roster, self.name, self.incarnation = roster, name, "1"
+
+    def read(self) -> None:
+        pass
+
+    def live(self) -> list[str]:
+        return list(self.roster.ids)
+
+
+class Server:
+    def __init__(
+        self, store: MemoryStore, clock: FakeClock, roster: Roster, name: str, partitions: int = 8
+    ) -> None:
+        log = MemoryLog(store, clock=clock)
+        self.name, self.clock, self.roster = name, clock, roster
+        self.topics = create_standard_topics(log)
+        self.leadership = Leadership.join(log, self.topics, "pushjobs.", f"{name}:1", SESSION_S)
+        self.liveness = LivenessTracker(1.0, 3, 1)
+        self.jobs = Jobs(
+            JobSettings(),
+            self.leadership,
+            topics=self.topics,
+            sender=NoSender(),  # type: ignore[arg-type]
+            nodes=NodeTable(self.liveness),
+            liveness=self.liveness,
+            server_name=name,
+            registered=lambda node: True,
+        )
+        self.scheduler = Scheduler(
+            self.jobs,
+            self.topics.schedules,
+            clock=clock,
+            settle_ms=0,
+            membership=FakeMembership(roster, name),  # type: ignore[arg-type]
+            partitions=partitions,
+        )
+        self.leadership.on_stand_by = self.stand_by
+        self.admin = SchedAdmin(self).table()
+        self.started: Counter[str] = Counter()  # job ids this server started
+        self.owned: set[str] = set()  # every partition it ever owned
+        roster.ids.append(f"{name}:1")
+
+    def stand_by(self) -> None:
+        self.jobs.stand_by()
+        self.scheduler.stand_by()
+
+    def tick(self) -> None:
+        now = self.clock.monotonic()
+        if now >= self.leadership.next_renewal:
+            before = self.leadership.leader
+            self.leadership.renew(now)
+            if self.leadership.leader and not before:
+                self.jobs.take_over(deque(), self.clock.wall_ms(), 0)
+                self.scheduler.take_over(self.clock.wall_ms())
+        known = set(self.jobs.coordinator.jobs)
+        self.scheduler.tick(self.clock.wall_ms())
+        self.jobs.flush(self.clock.wall_ms())
+        if self.leadership.leader:
+            self.started.update(set(self.jobs.coordinator.jobs) - known)
+        self.owned |= self.scheduler.partitions.owned()
+
+    def call(self, method: str, **params: Any) -> Any:
+        return self.admin[method](params, "alice")
+
+    def die(self) -> None:
+        self.roster.ids.remove(f"{self.name}:1")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(wall_ms=1_800_000_000_000)
+
+
+def run(clock: FakeClock, servers: list[Server], seconds: float) -> None:
+    for _ in range(round(seconds / 0.25)):
+        clock.advance(0.25)
+        for server in servers:
+            server.tick()
+
+
+def add_every2s(leader: Server, count: int, **extra: Any) -> list[str]:
+    params = {"catch_up": "all", "overlap": "allow", **extra}
+    return [
+        leader.call("schedule.add", command="stamp", nodes=["n1"], cron="*/2 * * * * *", **params)[
+            "schedule"
+        ]["schedule_id"]
+        for _ in range(count)
+    ]
+
+
+def started_fires(server: Server) -> Counter[tuple[str, int]]:
+    """(schedule id, due time) of every job the server started for a schedule."""
+    out: Counter[tuple[str, int]] = Counter()
+    for job_id in server.started:
+        job = server.jobs.coordinator.jobs[job_id]
+        sid = job.requested_by.removeprefix("schedule:")
+        out[(sid, due_of(job_id) or 0)] += 1
+    return out
+
+
+def written_fires(server: Server) -> Counter[tuple[str, int]]:
+    """(schedule id, due time) of every fire in every fire record of every partition."""
+    out: Counter[tuple[str, int]] = Counter()
+    log = server.leadership.log
+    for topic in server.scheduler.partitions.topics:
+        for record in log.read(topic, 0, 1_000_000):
+            if record.key.startswith("fire:") and record.value is not None:
+                for fire in orjson.loads(record.value)["pending"]:
+                    out[(record.key[len("fire:") :], fire["due_ms"])] += 1
+    return out
+
+
+def due_times(sids: list[str], after_ms: int, until_ms: int) -> set[tuple[str, int]]:
+    first = after_ms - after_ms % 2000 + 2000
+    return {(sid, due) for sid in sids for due in range(first, until_ms + 1, 2000)}
+
+
+def test_every_server_fires_its_share_and_the_leader_starts_them_all(clock: FakeClock) -> None:
+    store, roster = MemoryStore(), Roster()
+    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    run(clock, [a], 0.5)  # a leads
+    assert a.leadership.leader
+    run(clock, [a, b], 2)
+    sids = add_every2s(a, 30)
+    start = clock.wall_ms()
+    run(clock, [a, b], 10)
+    assert a.owned and b.owned and not a.owned & b.owned
+    assert a.owned | b.owned == set(a.scheduler.partitions.topics)
+    by_b = [s for s in sids if a.scheduler.catalog.entries[s].topic in b.owned]
+    assert by_b  # the standby fired the schedules of its own partitions...
+    assert not b.started  # ...and only the leader started their jobs
+    fires = started_fires(a)
+    assert max(fires.values()) == 1
+    assert written_fires(a) == fires  # each fire written once, and started
+    assert set(fires) == due_times(sids, start, clock.wall_ms() - 1000) | {
+        f for f in fires if f[1] > clock.wall_ms() - 1000
+    }
+
+
+def test_a_death_and_a_join_move_partitions_and_every_due_time_fires_once(
+    clock: FakeClock,
+) -> None:
+    store, roster = MemoryStore(), Roster()
+    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    run(clock, [a], 0.5)
+    run(clock, [a, b], 2)
+    sids = add_every2s(a, 40)
+    start = clock.wall_ms()
+    run(clock, [a, b], 6)
+    b_had = b.scheduler.partitions.owned()
+    assert b_had
+    b.die()  # b stops: its leases run out, a takes its partitions
+    run(clock, [a], 2 * SESSION_S + 2)
+    assert a.scheduler.partitions.owned() == set(a.scheduler.partitions.topics)
+    c = Server(store, clock, roster, "c")  # c joins: a hands c its share
+    run(clock, [a, c], 8)
+    assert (
+        c.owned and a.scheduler.partitions.owned() == set(a.scheduler.partitions.topics) - c.owned
+    )
+    fires = started_fires(a)
+    assert max(fires.values()) == 1
+    assert max(written_fires(a).values()) == 1  # nothing fired twice by any owner...
+    until = clock.wall_ms() - 1000
+    assert due_times(sids, start, until) <= set(fires)  # ...and nothing skipped
+    for sid in sids:  # each owner carried its predecessor's outcomes on
+        history = a.call("schedule.history", schedule_id=sid)["fires"]
+        assert sorted(h["due_ms"] for h in history) == sorted(d for s, d in fires if s == sid)
+
+
+def test_the_leader_dying_hands_its_partitions_and_its_starts_over(clock: FakeClock) -> None:
+    store, roster = MemoryStore(), Roster()
+    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    run(clock, [a], 0.5)
+    run(clock, [a, b], 2)
+    sids = add_every2s(a, 20)
+    start = clock.wall_ms()
+    run(clock, [a, b], 5)
+    a.die()
+    run(clock, [b], 2 * SESSION_S + 6)
+    assert b.leadership.leader
+    assert b.scheduler.partitions.owned() == set(b.scheduler.partitions.topics)
+    fires = started_fires(a) + started_fires(b)
+    assert max(fires.values()) == 1
+    assert max(written_fires(b).values()) == 1
+    assert set(written_fires(b)) == set(fires)  # each fire written was started
+    assert due_times(sids, start, clock.wall_ms() - 1000) <= set(fires)
+
+
+def test_a_standby_owner_skips_a_due_time_while_the_previous_run_is_active(
+    clock: FakeClock,
+) -> None:
+    store, roster = MemoryStore(), Roster()
+    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    for _ in range(2):  # n1 online at the leader: its jobs wait for its vote (30 s)
+        a.liveness.heartbeat("n1", clock.monotonic())
+    run(clock, [a], 0.5)
+    run(clock, [a, b], 2)
+    sids = add_every2s(a, 16, overlap="skip")
+    run(clock, [a, b], 9)
+    by_b = [s for s in sids if a.scheduler.catalog.entries[s].topic in b.owned]
+    assert by_b
+    fires = started_fires(a)
+    for sid in by_b:
+        # The first run is still voting: every later due time is skipped, by b.
+        assert sum(1 for (s, _) in fires if s == sid) == 1
+        history = a.call("schedule.history", schedule_id=sid)["fires"]
+        assert any(h["outcome"] == "skipped: overlap" for h in history)
+
+
+def test_every_server_splits_schedules_as_the_first_one_did(clock: FakeClock) -> None:
+    store, roster = MemoryStore(), Roster()
+    a = Server(store, clock, roster, "a", partitions=4)
+    b = Server(store, clock, roster, "b", partitions=16)  # set otherwise: the log decides
+    assert a.scheduler.count == b.scheduler.count == 4
+    assert a.scheduler.partitions.topics == b.scheduler.partitions.topics
+    run(clock, [a], 0.5)
+    run(clock, [a, b], 2)
+    assert a.owned | b.owned == set(a.scheduler.partitions.topics)
