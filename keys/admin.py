@@ -1,13 +1,14 @@
 """Key administration over a registry, as salt-key does it: names, globs, ``all``.
 
 Shared by the server (``pushjobs key`` through the API, ``server/keyadmin.py``) and the
-CLI's local mode (a registry file named with ``--registry``), so both expand patterns and
-report results the same way. A pattern with ``*``, ``?`` or ``[`` is a shell glob over the
-registered names; a glob that matches nothing is an error, never a silent success. Each
-name gets its own result (previous state, new state, or its error): one bad name does not
-stop the others.
+CLI's local mode (a registry file named with ``--registry``, or a server's log with
+``--server-config``), so both expand patterns and report results the same way. A pattern
+with ``*``, ``?`` or ``[`` is a shell glob over the registered names; a glob that matches
+nothing is an error, never a silent success. Each name gets its own result (previous
+state, new state, or its error): one bad name does not stop the others.
 
-Killed at any line: every change is one locked, atomic registry write (``keys.store``).
+Killed at any line: every change is one atomic registry write (a locked file, ``keys.store``,
+or one append to the log, ``keys.logstore``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
   registry holds one denied entry for it.
 
 ``record`` does the same for many presentations in one write: the server batches what it
-learns from unknown keys instead of rewriting the file once per key.
+learns from unknown keys instead of writing once per key.
 
 "The keys" are the Ed25519 and the CurveZMQ public key together: the node talks over
 CurveZMQ, so a known Ed25519 key with a new CurveZMQ key is not the same identity.
@@ -18,6 +18,9 @@ CurveZMQ, so a known Ed25519 key with a new CurveZMQ key is not the same identit
 Each name has at most one main (not denied) entry; ``get``, ``accept``, ``reject`` and
 ``set_role`` act on it, ``delete`` removes every entry of the name. A batch is all or
 nothing. Times come from ``now_ms`` when given, else from the registry's clock.
+
+Where the entries live is the store's business (``keys.storage``): a JSON file
+(``keys.store``, given a path) or the ordered log's ``keys`` topic (``keys.logstore``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from keys.entry import ROLES, Entry, check_role
 from keys.identity import PublicIdentity, check_kind
 from keys.states import TRANSITIONS, Action, KeyState, transition
+from keys.storage import RegistryStore
 from keys.store import RegistryFile
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.errors import KeyFileError, KeyStateError, UnknownIdentity
@@ -59,22 +63,28 @@ class Presented:
 
 
 class KeyRegistry:
-    def __init__(self, path: Path, *, clock: Clock | None = None) -> None:
-        self.path = path
-        self._file = RegistryFile(path)
+    def __init__(self, source: Path | RegistryStore, *, clock: Clock | None = None) -> None:
+        """A registry over a file (a path) or any other ``RegistryStore``."""
+        self._store: RegistryStore = RegistryFile(source) if isinstance(source, Path) else source
+        self.path: Path | None = self._store.path
+        self.where = self._store.where
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._indexed: tuple[Entry, ...] | None = None
         self._by_name: dict[str, Entry] = {}
         self._by_curve: dict[str, Entry] = {}
-        self._file.read()  # a corrupt registry fails at startup, not at the first node
+        self._store.read()  # a corrupt registry fails at startup, not at the first node
+
+    def writable(self) -> bool:
+        """Whether changes may be written here now (not on a standby's log store)."""
+        return self._store.writable()
 
     def _index(self) -> tuple[dict[str, Entry], dict[str, Entry]]:
-        """Main entries by name and by CurveZMQ key, rebuilt only when the file changed.
+        """Main entries by name and by CurveZMQ key, rebuilt only when the entries changed.
 
         A server of 50,000 nodes looks names up on every config request and revocation
         check: a scan per lookup would be O(n^2) over an enrolment wave.
         """
-        entries = self._file.read()
+        entries = self._store.read()
         if entries is not self._indexed:
             main = [e for e in entries if e.state is not KeyState.DENIED]
             by_name: dict[str, Entry] = {}
@@ -91,7 +101,7 @@ class KeyRegistry:
     # --- reading ------------------------------------------------------------------------
 
     def list(self, state: KeyState | str | None = None) -> Entries:
-        entries = self._file.read()
+        entries = self._store.read()
         if state is None:
             return list(entries)
         try:
@@ -101,14 +111,14 @@ class KeyRegistry:
         return [e for e in entries if e.state is wanted]
 
     def entries(self) -> tuple[Entry, ...]:
-        """Every entry; the same tuple object until the file changes (cheap to cache on)."""
-        return self._file.read()
+        """Every entry; the same tuple object until they change (cheap to cache on)."""
+        return self._store.read()
 
     def get(self, name: str) -> Entry:
         """The name's main (not denied) entry."""
         entry = self.find(name)
         if entry is None:
-            raise UnknownIdentity(f"no key named {name!r} in {self.path}")
+            raise UnknownIdentity(f"no key named {name!r} in {self.where}")
         return entry
 
     def find(self, name: str) -> Entry | None:
@@ -140,7 +150,7 @@ class KeyRegistry:
         if state is KeyState.DENIED:
             raise KeyStateError("denied entries are only recorded when a node presents a key")
         entry = Entry.new(public, state, role, self._now(now_ms))
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             existing = _main(entries, public.name)
             if existing is not None:
                 raise KeyStateError(
@@ -164,7 +174,7 @@ class KeyRegistry:
         if state is KeyState.DENIED:
             raise KeyStateError("denied entries are only recorded when a node presents a key")
         at = self._now(now_ms)
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             names = {e.name: e for e in entries if e.state is not KeyState.DENIED}
             added = 0
             for public in publics:
@@ -204,13 +214,13 @@ class KeyRegistry:
         main = self.find(public.name)
         if main is not None and main.same_key(public):
             return main.state
-        return _known_state(self._file.read(), public)
+        return _known_state(self._store.read(), public)
 
     def record(self, presented: Sequence[Presented], *, now_ms: int | None = None) -> States:
         """Record many presentations in one write; the state each got."""
         at = self._now(now_ms)
         states: list[KeyState] = []
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             for item in presented:
                 public = item.public
                 known = _known_state(entries, public)
@@ -235,11 +245,11 @@ class KeyRegistry:
     def delete(self, names: Iterable[str]) -> Entries:
         """Remove every entry of each name, denied ones included; return what was removed."""
         removed: Entries = []
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             for name in dict.fromkeys(names):
                 mine = [e for e in entries if e.name == name]
                 if not mine:
-                    raise UnknownIdentity(f"no key named {name!r} in {self.path}")
+                    raise UnknownIdentity(f"no key named {name!r} in {self.where}")
                 for entry in mine:
                     transition(entry.state, Action.DELETE)
                 removed += mine
@@ -248,14 +258,14 @@ class KeyRegistry:
 
     def set_role(self, name: str, role: str, *, now_ms: int | None = None) -> Entry:
         checked = check_role(role)
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             index = self._main_index(entries, name)
             entries[index] = replace(entries[index], role=checked, updated_ms=self._now(now_ms))
             return entries[index]
 
     def _move(self, names: Iterable[str], action: Action, now_ms: int) -> Entries:
         changed: Entries = []
-        with self._file.edit() as entries:
+        with self._store.edit() as entries:
             for name in dict.fromkeys(names):
                 index = self._main_index(entries, name)
                 new_state = transition(entries[index].state, action)
@@ -268,7 +278,7 @@ class KeyRegistry:
         for index, entry in enumerate(entries):
             if entry.name == name and entry.state is not KeyState.DENIED:
                 return index
-        raise UnknownIdentity(f"no key named {name!r} in {self.path}")
+        raise UnknownIdentity(f"no key named {name!r} in {self.where}")
 
 
 def _main(entries: Iterable[Entry], name: str) -> Entry | None:

@@ -38,6 +38,13 @@ class RegistryFile:
         self._entries: tuple[Entry, ...] = ()
         self._stamp: Stamp | None = None
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def writable(self) -> bool:
+        return True
+
     def read(self) -> tuple[Entry, ...]:
         """The current entries, re-read from disk only if the file changed."""
         try:

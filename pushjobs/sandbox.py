@@ -5,7 +5,7 @@ tests and the benchmarks all stand on it, so what they exercise is what users ru
 Layout under ``root``::
 
     keys/        server, admin user and node key files
-    registry.json
+    registry.json   the key registry, kept in this file (``key_store = "file"``): tools edit it
     log.db       the server's ordered log
     server.toml  client.toml  whitelist.toml
     agents/NAME.toml   state/NAME/   logs/NAME.log (stderr of each process)
@@ -98,7 +98,6 @@ class Sandbox:
         self.identities: dict[str, PrivateIdentity] = {}
 
     # --- files ---------------------------------------------------------------------------
-
     def prepare(self) -> Sandbox:
         """Write keys, registry and every config file."""
         for sub in ("agents", "state", "logs"):
@@ -142,6 +141,7 @@ class Sandbox:
                 "name": "server",
                 "key_file": str(self.keys_dir / "server.key"),
                 "registry": str(self.registry_path),
+                "key_store": "file",
                 "api_bind": self.api,
                 "heartbeat_bind": self.heartbeat,
                 "reply_bind": self.reply,

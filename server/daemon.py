@@ -39,7 +39,6 @@ from typing import Any
 import zmq
 
 from keys.fingerprint import key_id
-from keys.registry import KeyRegistry
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.log.factory import open_log
 from pushjobs.log.retry import Outage
@@ -62,6 +61,7 @@ from server.handlers import ApiHandlers
 from server.handshakes import Handshakes
 from server.intake import BATCH, NodeIntake
 from server.jobs import Jobs
+from server.keystore import open_registries
 from server.leadership import Leadership
 from server.membership import Membership, advertised_api
 from server.metrics import PUBLISH_EVERY_S, MetricsEndpoint
@@ -96,9 +96,6 @@ class Server:
         self.outbox = Outbox(self.name, self.incarnation, signer, limits)
         api_outbox = Outbox(self.name, self.incarnation, signer, api_limits)
 
-        registry = KeyRegistry(section.registry_path(), clock=self.clock)
-        # The ZAP handler runs on its own thread: it gets its own handle (and file cache).
-        zap_registry = KeyRegistry(section.registry_path(), clock=self.clock)
         self.log = TimedLog(open_log(config.log, clock=self.clock), clock=self.clock)
         self.outage = Outage()
         self.topics = create_standard_topics(self.log, config.log.topic_prefix)
@@ -108,6 +105,9 @@ class Server:
             config.log.topic_prefix,
             f"{self.name}:{self.incarnation}",
             section.leader_session_s,
+        )
+        registry, zap_registry = open_registries(
+            section, self.log, self.topics, self.leadership, self.clock
         )
         soft, hard = raise_open_files(section.max_open_files)
         log.info("open-file limit %d (hard limit %d)", soft, hard)
@@ -369,7 +369,7 @@ class Server:
         now, now_ms = self.clock.monotonic(), self.clock.wall_ms()
         self.tenure.flush(now, now_ms)
         # New keys first: a node admitted this turn must pass the reply channel's ZAP
-        # check (it reads the registry file) once its config reply reaches it.
+        # check (it reads the registry) once its config reply reaches it.
         self.enrolment.admission.flush(now, force=self.stopping)
         self.watches.answer(self.jobs.coordinator, now, now_ms, self.responder)
         for identity, frames in self.responder.take():

@@ -5,8 +5,12 @@ expanded here, against the registry the server itself uses (``keys.admin``), so 
 never needs the server's files or host. Role checks happen before a handler is called
 (``pushjobs.api.methods``: every ``key.*`` method needs ``admin``).
 
-Killed at any line: every change is one locked, atomic registry write; the admin's CLI
-reports what the reply said, or that no reply came.
+Over the ordered log (``server/keystore.py``) only the leader changes keys: a standby
+answers a change ``not_leader``, which sends the CLI on to the leader; it still lists and
+shows them.
+
+Killed at any line: every change is one atomic registry write (a locked file, or one
+append to the log); the admin's CLI reports what the reply said, or that no reply came.
 """
 
 from __future__ import annotations
@@ -60,9 +64,7 @@ class KeyAdmin:
             "key.reject": lambda p, c: self._move("reject", p),
             "key.delete": lambda p, c: self._move("delete", p),
             "key.add": self.add,
-            "key.role": lambda p, c: {
-                "key": admin.set_role(self.registry, str(_text(p, "name")), str(_text(p, "role")))
-            },
+            "key.role": self.role,
         }
 
     def list(self, params: Mapping[str, Any], caller: str) -> Any:
@@ -72,7 +74,13 @@ class KeyAdmin:
             raise _bad(f"'state' must be one of {', '.join(sorted(admin.STATES))}")
         return {"keys": admin.rows(self.registry, state, pattern)}
 
+    def role(self, params: Mapping[str, Any], caller: str) -> Any:
+        self._leader()
+        name, role = str(_text(params, "name")), str(_text(params, "role"))
+        return {"key": admin.set_role(self.registry, name, role)}
+
     def add(self, params: Mapping[str, Any], caller: str) -> Any:
+        self._leader()
         try:
             public = PublicIdentity(
                 str(_text(params, "name")),
@@ -85,7 +93,17 @@ class KeyAdmin:
         role = _text(params, "role", required=False)
         return {"key": admin.add(self.registry, public, role, params.get("accept") is True)}
 
+    def _leader(self) -> None:
+        """Changes to a registry in the log are the leader's (``server/keystore.py``): a
+        standby says so, and the CLI asks the next server."""
+        if not self.registry.writable():
+            raise ApiError(
+                "this server is not the leader; key changes go to the leader",
+                code=methods.NOT_LEADER,
+            )
+
     def _move(self, action: str, params: Mapping[str, Any]) -> Any:
+        self._leader()
         everything = params.get("all") is True
         names = params.get("names") or []
         if not everything and (

@@ -3,7 +3,8 @@
     [server]
     name = "server"                       # must be the name in key_file
     key_file = "/etc/pushjobs/keys/server.key"
-    registry = "/var/lib/pushjobs/registry.json"
+    registry = "/var/lib/pushjobs/registry.json"   # imported once into the log's keys topic
+    key_store = "log"                       # or "file": the registry file stays the registry
     api_bind = "tcp://127.0.0.1:7700"       # ROUTER, CurveZMQ: CLI and config discovery
     heartbeat_bind = "tcp://127.0.0.1:7701" # PUB: signed server heartbeats
     reply_bind = "tcp://127.0.0.1:7702"     # PULL, CurveZMQ: node heartbeats and replies
@@ -37,6 +38,7 @@ from pushjobs.log.factory import LogSettings
 from server.metrics import parse_bind
 from server.shards import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
+KEY_STORES = ("log", "file")
 CONFIG_FILE = "server.toml"
 """Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
 
@@ -47,7 +49,12 @@ class ServerSection:
     key_file: Path | None = None
     """The server's private key; default <home>/keys/<name>.key."""
     registry: Path | None = None
-    """The key registry; default $PUSHJOBS_KEY_REGISTRY, else <home>/registry.json."""
+    """The key registry file; default $PUSHJOBS_KEY_REGISTRY, else <home>/registry.json.
+    With ``key_store = "log"`` it is imported once into the log and not read again."""
+    key_store: str = "log"
+    """Where the key registry lives: "log" (the ``keys`` topic, shared by every server of
+    the installation) or "file" (``registry``, for tools that edit the file while the
+    server runs)."""
     api_bind: str = "tcp://127.0.0.1:7700"
     heartbeat_bind: str = "tcp://127.0.0.1:7701"
     reply_bind: str = "tcp://127.0.0.1:7702"
@@ -63,7 +70,7 @@ class ServerSection:
     leader_session_s: float = 5.0
     """A leader that stops renewing its claim loses it after this long."""
     registry_check_s: float = 1.0
-    """How often the registry file is checked for revoked keys."""
+    """How often the registry is checked for revoked keys."""
     compact_every_s: float = 3600.0
     """Apply compaction and retention to the log this often (0: never; see ``log compact``)."""
     max_open_files: int = 1_048_576
@@ -86,6 +93,8 @@ class ServerSection:
             yield "leader_session_s", "must be greater than 0"
         if self.compact_every_s < 0:
             yield "compact_every_s", "must not be negative (0 turns it off)"
+        if self.key_store not in KEY_STORES:
+            yield "key_store", f"must be one of {', '.join(KEY_STORES)}"
         if self.registry_check_s <= 0:
             yield "registry_check_s", "must be greater than 0"
         if not 1 <= self.schedule_partitions <= MAX_PARTITIONS:

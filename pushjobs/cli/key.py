@@ -2,15 +2,16 @@
 
 With a client config (the one ``pushjobs job`` uses) the registry commands ask the server,
 which needs the ``admin`` role: the registry is the server's, wherever it runs. A registry
-file is used directly only when named (``--registry FILE`` or ``$PUSHJOBS_KEY_REGISTRY``:
-bootstrapping the first admin on the server's host), or, with no client config at all,
-the default one under ``$PUSHJOBS_HOME``. Every output says which (``keyadmin.py``).
+is opened directly only when named: ``--server-config SERVER_TOML`` (the server's own
+ordered log), ``--registry FILE`` or ``$PUSHJOBS_KEY_REGISTRY`` (bootstrapping the first
+admin on the server's host before its first start), or, with no client config at all, the
+default file under ``$PUSHJOBS_HOME``. Every output says which (``keyadmin.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,7 +40,8 @@ RegistryOpt = Annotated[
     typer.Option(
         "--registry",
         help="Work on this registry file directly instead of asking the server "
-        "(bootstrapping, or a server that is down; default: $PUSHJOBS_KEY_REGISTRY).",
+        "(the first admin, before the server's first start imports the file; a file a "
+        "server imported is refused; default: $PUSHJOBS_KEY_REGISTRY).",
         show_default=False,
     ),
 ]
@@ -58,14 +60,28 @@ ServerOpt = Annotated[
         "--server", help="Server API endpoint, overriding the config.", show_default=False
     ),
 ]
+ServerConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--server-config",
+        help="Work directly on the registry of the server this config describes: its "
+        'ordered log (or its file, with key_store = "file"). For an admin locked out or '
+        "a server that is down.",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 COLUMNS = ("name", "kind", "role", "state", "fingerprint")
 
 
+@contextlib.contextmanager
 def _keys(
-    registry: Path | None, config: Path | None, server: str | None
-) -> contextlib.AbstractContextManager[Keys]:
-    return target(registry, config, server)
+    registry: Path | None, config: Path | None, server: str | None, server_config: Path | None
+) -> Iterator[Keys]:
+    with target(registry, config, server, server_config) as keys:
+        for note in getattr(keys, "notes", ()):
+            typer.echo(note, err=True)
+        yield keys
 
 
 @app.command("gen")
@@ -120,6 +136,7 @@ def add(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register public key files: pending, or accepted with --accept.
@@ -131,7 +148,7 @@ def add(
         role_note = f", role {result['role']}" if result["role"] else ""
         return f"{result['name']}: {result['state']}{role_note} ({result['fingerprint']})"
 
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
 
         def one(path: str) -> dict[str, Any]:
             return {**keys.add(files.load_public(Path(path)), role, accept), "file": path}
@@ -154,13 +171,14 @@ def list_keys(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List registered keys: NAME KIND ROLE STATE FINGERPRINT.
 
     Example: pushjobs key list --state pending
     """
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         rows = keys.rows(state, pattern)
         where = keys.where
     if as_json:
@@ -189,13 +207,14 @@ def accept_keys(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Accept pending (or rejected) keys.
 
     Example: pushjobs key accept web-01 'db-*'     pushjobs key accept --all
     """
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         _move("accept", names, everything, keys, as_json)
 
 
@@ -206,13 +225,14 @@ def reject_keys(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Reject pending keys; rejecting an accepted key revokes it at once.
 
     Example: pushjobs key reject web-13
     """
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         _move("reject", names, False, keys, as_json)
 
 
@@ -224,6 +244,7 @@ def delete_keys(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete every entry of each name (denied ones too); the node must be accepted anew.
@@ -233,7 +254,7 @@ def delete_keys(
     if names and not yes and not typer.confirm(f"delete every key of {', '.join(names)}?"):
         error("nothing deleted")
         raise typer.Exit(int(Exit.FAILED))
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         _move("delete", names, False, keys, as_json)
 
 
@@ -249,13 +270,14 @@ def set_role(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Change a user's role: admin, writer (start and abort jobs) or reader.
 
     Example: pushjobs key role alice writer
     """
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         entry = keys.set_role(name, role)
     if as_json:
         print_json(entry)
@@ -270,13 +292,14 @@ def show(
     registry: RegistryOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
+    server_config: ServerConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one key with its fingerprint, and the other keys tried under its name.
 
     Example: pushjobs key show web-01
     """
-    with _keys(registry, config, server) as keys:
+    with _keys(registry, config, server, server_config) as keys:
         shown = keys.show(name)
     if as_json:
         print_json(shown)

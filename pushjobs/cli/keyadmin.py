@@ -1,12 +1,25 @@
-"""Where ``pushjobs key`` acts: the server, through its API, or a registry file named locally.
+"""Where ``pushjobs key`` acts: the server, through its API, or a registry opened locally.
 
-An operator's keys live with the server (its ``server.registry`` setting), often on
-another host. So with a client config (the one ``pushjobs job`` uses), the key commands
-ask the server, which needs the ``admin`` role; the server expands globs and ``--all``
-against its own registry. A registry file is used directly only when named: ``--registry
-FILE`` or ``$PUSHJOBS_KEY_REGISTRY`` (bootstrapping the first admin on the server's host,
-or a server that is down), or, with neither and no client config, the default file under
-``$PUSHJOBS_HOME`` (one machine, the quickstart layout). Every output says which.
+An operator's keys live with the server (the ordered log's ``keys`` topic, or with
+``key_store = "file"`` its ``server.registry`` file), often on another host. So with a
+client config (the one ``pushjobs job`` uses), the key commands ask the server, which needs
+the ``admin`` role; the server expands globs and ``--all`` against its own registry.
+
+A registry is opened directly only when named:
+
+- ``--server-config SERVER_TOML``: the registry of the server that config describes, as
+  that server reads it: its log (``[log]``), or its file with ``key_store = "file"``. For
+  an admin locked out, or a server that is down. A registry file beside a ``keys`` topic
+  that never held a record is imported first, as the server would at its start. The write
+  is not fenced (this is not a server): a change to a name the leader changes at the
+  same instant is the one case where the last write wins.
+- ``--registry FILE`` or ``$PUSHJOBS_KEY_REGISTRY`` (bootstrapping the first admin on the
+  server's host before its first start: the server imports the file then), or, with
+  neither and no client config, the default file under ``$PUSHJOBS_HOME`` (one machine,
+  the quickstart layout). A file a server has imported is refused: it is no longer the
+  registry (``keys.importer``).
+
+Every output says which.
 
 Both targets answer in the same shapes: rows of key fields, and one result per name for
 accept, reject and delete.
@@ -17,16 +30,22 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from keys import admin
 from keys.identity import PublicIdentity, b64
+from keys.importer import import_once, refuse_imported
+from keys.logstore import LogStore
 from keys.registry import KeyRegistry
 from pushjobs import paths
 from pushjobs.api.client import ApiClient
 from pushjobs.cli import userconfig
+from pushjobs.config import load_table, read_toml
+from pushjobs.errors import ConfigError
+from pushjobs.log.factory import LogSettings, open_log
+from pushjobs.log.topics import KEYS
 
 
 class Keys(Protocol):
@@ -47,10 +66,12 @@ class Keys(Protocol):
 @dataclass
 class LocalKeys:
     registry: KeyRegistry
+    notes: list[str] = field(default_factory=list)  # said once, on stderr
 
     @property
     def where(self) -> str:
-        return f"registry file {self.registry.path}"
+        path = self.registry.path
+        return f"registry file {path}" if path is not None else self.registry.where
 
     def rows(self, state: str | None, pattern: str | None) -> list[dict[str, Any]]:
         return admin.rows(self.registry, state, pattern)
@@ -108,11 +129,20 @@ class RemoteKeys:
 
 
 @contextlib.contextmanager
-def target(registry: Path | None, config: Path | None, server: str | None) -> Iterator[Keys]:
-    """The server when a client config exists, else a registry file (see the docstring)."""
+def target(
+    registry: Path | None,
+    config: Path | None,
+    server: str | None,
+    server_config: Path | None = None,
+) -> Iterator[Keys]:
+    """The server when a client config exists, else a registry opened locally (see the
+    docstring)."""
     explicit = registry or _env_path("PUSHJOBS_KEY_REGISTRY")
-    if explicit is not None:
-        yield LocalKeys(KeyRegistry(explicit))
+    if server_config is not None:
+        with server_registry(server_config) as keys:
+            yield keys
+    elif explicit is not None:
+        yield file_keys(explicit)
     elif config is not None or server is not None or userconfig.default_path().exists():
         client = userconfig.connect(config, server)
         try:
@@ -120,7 +150,46 @@ def target(registry: Path | None, config: Path | None, server: str | None) -> It
         finally:
             client.close()
     else:
-        yield LocalKeys(KeyRegistry(paths.registry_path()))
+        yield file_keys(paths.registry_path())
+
+
+def file_keys(path: Path) -> LocalKeys:
+    """A registry file, unless a server imported it (then it is not the registry)."""
+    refuse_imported(path)
+    return LocalKeys(KeyRegistry(path))
+
+
+@contextlib.contextmanager
+def server_registry(server_config: Path) -> Iterator[LocalKeys]:
+    """The registry the server of ``server_config`` reads: its log, or its file."""
+    # Only two keys of [server] matter here; the server's own checks judge the rest.
+    table = read_toml(server_config).get("server", {})
+    if not isinstance(table, dict):
+        raise ConfigError("expected a table", path=str(server_config), key="server")
+    file = Path(table["registry"]).expanduser() if "registry" in table else paths.registry_path()
+    store = table.get("key_store", "log")
+    if store == "file":
+        yield file_keys(file)
+        return
+    if store != "log":
+        raise ConfigError(
+            "must be one of log, file", path=str(server_config), key="server.key_store"
+        )
+    settings = load_table(LogSettings, server_config, "log")
+    topic = settings.topic_prefix + KEYS.suffix
+    handle = open_log(settings)
+    try:
+        handle.create_topic(topic, KEYS.policy)
+        done = import_once(handle, topic, file)
+        keys = LocalKeys(KeyRegistry(LogStore(handle, topic)))
+        if done is not None:
+            keys.notes.append(
+                f"imported {done.entries} entries from {done.path} into {topic} first "
+                "(as the server would at its start)"
+            )
+        yield keys
+    finally:
+        handle.close()
 
 
 def _env_path(name: str) -> Path | None:

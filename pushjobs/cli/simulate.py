@@ -7,6 +7,7 @@ Both derive the keys from the same ``--seed`` and ``--prefix``, so nothing is st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -55,8 +56,17 @@ def enroll(
         Path | None,
         typer.Option(
             "--registry",
-            help="The server's key registry (default: $PUSHJOBS_KEY_REGISTRY, "
+            help="A key registry file (default: $PUSHJOBS_KEY_REGISTRY, "
             "else $PUSHJOBS_HOME/registry.json).",
+            show_default=False,
+        ),
+    ] = None,
+    server_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--server-config",
+            help="Enrol into the registry of the server this config describes (its "
+            "ordered log), instead of a file.",
             show_default=False,
         ),
     ] = None,
@@ -69,18 +79,24 @@ def enroll(
 
     Example: pushjobs simulate enroll --nodes 10000 --registry /srv/pushjobs/registry.json
     """
-    from keys.registry import KeyRegistry
     from keys.states import KeyState
+    from pushjobs.cli.keyadmin import file_keys, server_registry
     from pushjobs.simkeys import SimKeys
 
     started = time.monotonic()
-    reg = KeyRegistry(registry or paths.registry_path())
     keys = SimKeys(seed, prefix)
     state = KeyState.PENDING if pending else KeyState.ACCEPTED
-    added = reg.add_many(keys.publics(first, nodes), state=state)
+    opened = (
+        server_registry(server_config)
+        if server_config is not None
+        else contextlib.nullcontext(file_keys(registry or paths.registry_path()))
+    )
+    with opened as local:
+        reg = local.registry
+        added = reg.add_many(keys.publics(first, nodes), state=state)
     took = time.monotonic() - started
     result = {
-        "registry": str(reg.path),
+        "registry": reg.where,
         "nodes": nodes,
         "added": added,
         "already": nodes - added,
@@ -91,7 +107,7 @@ def enroll(
         print_json(result)
     else:
         typer.echo(
-            f"{added} simulated node keys added to {reg.path} as {state.value} "
+            f"{added} simulated node keys added to {reg.where} as {state.value} "
             f"({nodes - added} already there) in {took:.2f} s"
         )
 

@@ -52,7 +52,14 @@ SCHEDULES = StandardTopic(
     "schedule definition, its due times settled so far and its last fires",
     TopicPolicy(compacted=True),
 )
-STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS, SCHEDULES)
+# Every server of an installation reads the key registry from here (DESIGN section 4).
+KEYS = StandardTopic(
+    "keys",
+    "key:<name>",
+    "every key registry entry of the name (state, role, public keys); tombstone on delete",
+    TopicPolicy(compacted=True),
+)
+STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS, SCHEDULES, KEYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +71,17 @@ class TopicNames:
     control: str
     events: str
     schedules: str
+    keys: str
 
     def all(self) -> tuple[str, ...]:
-        return (self.commands, self.assignments, self.control, self.events, self.schedules)
+        return (
+            self.commands,
+            self.assignments,
+            self.control,
+            self.events,
+            self.schedules,
+            self.keys,
+        )
 
 
 def names(prefix: str = DEFAULT_PREFIX) -> TopicNames:

@@ -291,3 +291,57 @@ def test_with_a_client_config_the_commands_ask_the_server(env, monkeypatch):
     # No registry file is read: the config is incomplete, and the error says what it needs.
     assert result.exit_code == 9 and "client.server_key" in result.stderr
     assert invoke("list", "--registry", env / "r.json").exit_code == 0
+
+
+# --- the registry in the ordered log ------------------------------------------------------
+
+
+def server_toml(env, **server):
+    path = env / "server.toml"
+    lines = ["[server]"]
+    lines += [f'{key} = "{value}"' for key, value in server.items()]
+    lines += ["[log]", 'backend = "sqlite"', f'path = "{env / "log.db"}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_server_config_works_on_the_servers_log_importing_its_file_first(env):
+    first = env / "var" / "registry.json"
+    KeyRegistry(first).add(generate("alice", "user").public, role="admin")
+    config = server_toml(env, registry=first)
+    result = invoke("add", gen(env, "web-01"), "--accept", "--server-config", config)
+    assert result.exit_code == 0, result.output
+    assert "imported 1 entries" in result.stderr
+    assert not first.exists() and (env / "var" / "registry.json.imported").exists()
+    result = invoke("list", "--json", "--server-config", config)
+    rows = {r["name"]: r["state"] for r in json.loads(result.stdout)}
+    assert rows == {"alice": "pending", "web-01": "accepted"}
+    result = invoke("accept", "alice", "--server-config", config)
+    assert result.exit_code == 0 and result.stdout.strip() == "alice: pending -> accepted"
+    assert "imported" not in result.stderr  # once only
+    result = invoke("list", "--state", "rejected", "--server-config", config)
+    assert result.stdout.strip() == "no keys in state rejected (log topic pushjobs.keys)"
+
+
+def test_a_registry_file_a_server_imported_is_refused_with_where_the_keys_went(env):
+    path = env / "home" / "registry.json"
+    KeyRegistry(path).add(generate("alice", "user").public, role="admin")
+    assert invoke("list", "--server-config", server_toml(env, registry=path)).exit_code == 0
+    result = invoke("add", gen(env, "web-01"), "--registry", path)
+    assert result.exit_code != 0
+    assert "imported into the ordered log" in result.stderr and "--server-config" in result.stderr
+    assert not path.exists()  # not quietly created again
+    result = invoke("list")  # the default file, the same one
+    assert result.exit_code != 0 and "imported into the ordered log" in result.stderr
+
+
+def test_server_config_with_a_file_store_uses_the_file(env):
+    path = env / "reg.json"
+    config = server_toml(env, registry=path, key_store="file")
+    result = invoke("add", gen(env, "web-01"), "--server-config", config)
+    assert result.exit_code == 0, result.output
+    assert KeyRegistry(path).get("web-01").state.value == "pending"
+    assert not (env / "log.db").exists()
+    bad = server_toml(env, registry=path, key_store="nfs")
+    result = invoke("list", "--server-config", bad)
+    assert result.exit_code != 0 and "server.key_store" in result.stderr

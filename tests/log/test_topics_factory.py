@@ -22,6 +22,7 @@ def test_standard_names_carry_the_prefix():
         "pushjobs.control",
         "pushjobs.events",
         "pushjobs.schedules",
+        "pushjobs.keys",
     )
     assert topics.names("test-7.").events == "test-7.events"
 
@@ -34,6 +35,7 @@ def test_standard_policies_follow_the_design():
         "p.control": TopicPolicy(compacted=True, retention_ms=1000),
         "p.events": TopicPolicy(compacted=False, retention_ms=2000),
         "p.schedules": TopicPolicy(compacted=True),
+        "p.keys": TopicPolicy(compacted=True),
     }
 
 

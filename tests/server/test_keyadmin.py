@@ -99,3 +99,32 @@ def test_add_and_role_through_the_api(admin: KeyAdmin) -> None:
     assert call(admin, "key.role", name="bob", role="reader")["key"]["role"] == "reader"
     with pytest.raises(ApiError, match="not a public key"):
         call(admin, "key.add", **{**params, "name": "eve", "ed25519_public": "AAAA"})
+
+
+def test_a_standby_over_the_log_shows_keys_but_sends_changes_to_the_leader(
+    tmp_path: Path,
+) -> None:
+    from keys.logstore import LogStore
+    from pushjobs.log.sqlite import SqliteLog
+    from pushjobs.log.topics import KEYS, names
+
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        log.create_topic(names().keys, KEYS.policy)
+        KeyRegistry(LogStore(log, names().keys)).add(generate("web-01", "node").public)
+        standby = KeyRegistry(LogStore(log, names().keys, writable=lambda: False))
+        admin = KeyAdmin(SimpleNamespace(registry=standby))
+        assert [k["name"] for k in call(admin, "key.list")["keys"]] == ["web-01"]
+        for method, params in (
+            ("key.accept", {"names": ["web-01"]}),
+            ("key.reject", {"names": ["web-01"]}),
+            ("key.delete", {"names": ["web-01"]}),
+            ("key.role", {"name": "web-01", "role": "admin"}),
+            ("key.add", {"name": "x"}),
+        ):
+            with pytest.raises(ApiError) as info:
+                call(admin, method, **params)
+            assert info.value.code == methods.NOT_LEADER, method
+        assert standby.get("web-01").state is KeyState.PENDING
+    finally:
+        log.close()
