@@ -177,7 +177,6 @@ class Server:
             self.topics.schedules,
             clock=self.clock,
             settle_ms=round(2 * live.offline_threshold * live.interval_s * 1000) + 2000,
-            membership=self.membership,
             partitions=section.schedule_partitions,
             outage=self.outage,
         )

@@ -1,24 +1,21 @@
-"""This server's share of the schedule partitions: a lease on each one assigned to it.
+"""This server's share of the schedule partitions, as the ordered log's group assigns it.
 
-Theory of operation (DESIGN section 10). Each partition topic has its own consumer group
-(``<topic>.owner``) and so its own lease and fencing epoch (``pushjobs/log/base.py``: a
-single-partition topic has at most one owner). ``renew(live)`` computes the assignment of
-every partition over the live servers (``shards.assign``, rendezvous hashing: every server
-computes the same one), joins the group of each partition assigned here, closes its
-membership of each partition no longer assigned here (which hands the lease over at
-once), and polls every membership it holds: it answers which partitions this server
-gained (a new epoch: load it, then fire it, fenced by that epoch) and which it lost.
+Theory of operation (DESIGN section 10). Every server, leader or standby, is a member of
+the ``schedulers`` group over every partition topic (``OrderedLog.group``): the log
+assigns the partitions to the group's live members, evenly, and moves them when servers
+join or leave (Kafka's group protocol on Kafka; the same assignment emulated on the
+embedded backends, ``pushjobs/log/shares.py``). Each partition has its own fencing epoch.
+``renew()`` polls the membership: it answers which partitions this server gained (a new
+epoch: load it, then fire it, fenced by that epoch) and which it lost.
 
-A partition whose assignee died is taken by its new assignee once the dead one's lease
-runs out (or at once when the log can tell the dead process is gone, ``leases.py``). While
-views of who is live differ (a server just joined or just went stale), two servers may
-both want a partition: both are members, the log lets one own it, the fence keeps the
-other's writes out, and the next renewal settles it.
+A partition moves only once its previous owner gave it up (it polled and was told to, or
+closed) or its session ran out, so two servers never own one at once; the fence keeps a
+deposed owner's late writes out.
 
 A write refused by the fence (``lose``) drops the partition until a poll grants it again.
 
-Killed at any line: nothing is durable here; the leases run out and the partitions go to
-their next assignees, who read them back from the log.
+Killed at any line: nothing is durable here; the membership runs out with its session
+and the partitions go to the other members, who read them back from the log.
 """
 
 from __future__ import annotations
@@ -28,14 +25,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pushjobs.errors import LogError
-from pushjobs.log.base import Fence, GroupMember, OrderedLog
-from server.shards import assign, mine
+from pushjobs.log.base import Fence, GroupShare, OrderedLog
 
 log = logging.getLogger("pushjobs.server")
 
 
-def group_of(topic: str) -> str:
-    return f"{topic}.owner"
+def group_of(base: str) -> str:
+    """The group of the servers firing ``base``'s partitions: ``pushjobs.schedulers``."""
+    return f"{base.removesuffix('schedules')}schedulers"
 
 
 @dataclass(slots=True)
@@ -51,16 +48,16 @@ class Partitions:
         log_: OrderedLog,
         topics: Iterable[str],
         *,
-        server_id: str,
+        group: str,
         member_id: str,
         session_s: float,
     ) -> None:
         self.log = log_
         self.topics = list(topics)
-        self.server_id = server_id  # as the assignment knows it (``name:incarnation``)
-        self.member_id = member_id  # as the log's leases know it (``...@HOST/PID``)
+        self.group = group
+        self.member_id = member_id  # as the log knows it (``name:incarnation@HOST/PID``)
         self.session_s = session_s
-        self.members: dict[str, GroupMember] = {}
+        self.share: GroupShare | None = None  # joined at the first renewal
         self.fences: dict[str, Fence] = {}
 
     def owned(self) -> set[str]:
@@ -69,54 +66,43 @@ class Partitions:
     def fence(self, topic: str) -> Fence | None:
         return self.fences.get(topic)
 
-    def renew(self, live: Iterable[str]) -> Changes:
-        """Follow the assignment over ``live`` (this server counts as live) and poll."""
+    def renew(self) -> Changes:
+        """Heartbeat the membership; what was gained and lost since the last renewal."""
         out = Changes()
-        wanted = mine(assign(self.topics, {*live, self.server_id}), self.server_id)
-        for topic in sorted(set(self.members) - wanted):
-            self.release(topic, out)
         try:
-            for topic in sorted(wanted - set(self.members)):
-                self.members[topic] = self.log.member(
-                    group_of(topic), topic, self.member_id, session_timeout_s=self.session_s
+            if self.share is None:
+                self.share = self.log.group(
+                    self.group, self.topics, self.member_id, session_timeout_s=self.session_s
                 )
-            for topic, member in sorted(self.members.items()):
-                self._poll(topic, member, out)
+            owned = self.share.poll()
         except LogError as exc:
             # Keep what is held: the fence refuses any write the log no longer allows.
             out.error = exc
-        return out
-
-    def _poll(self, topic: str, member: GroupMember, out: Changes) -> None:
-        epoch = member.poll()
-        held = self.fences.get(topic)
-        if epoch is None:
-            if held is not None:
-                del self.fences[topic]
-                out.lost.append(topic)
-            return
-        if held is not None and held.epoch == epoch:
-            return
-        if held is not None:
-            out.lost.append(topic)  # the epoch moved under us: read it back
-        self.fences[topic] = Fence(group_of(topic), epoch)
-        out.gained.append(topic)
-
-    def release(self, topic: str, out: Changes) -> None:
-        """Leave ``topic``'s group: its lease goes to its assignee at once."""
-        member = self.members.pop(topic)
-        if self.fences.pop(topic, None) is not None:
+            return out
+        for topic in sorted(set(self.fences) - set(owned)):
+            del self.fences[topic]
             out.lost.append(topic)
-        try:
-            member.close()
-        except LogError as exc:
-            log.warning("schedule partition %s: could not leave its group: %s", topic, exc)
+        for topic, fence in sorted(owned.items()):
+            held = self.fences.get(topic)
+            if held == fence:
+                continue
+            if held is not None:
+                out.lost.append(topic)  # the epoch moved under us: read it back
+            self.fences[topic] = fence
+            out.gained.append(topic)
+        return out
 
     def lose(self, topic: str) -> None:
         """A write on ``topic`` was fenced: not ours until a poll says so again."""
         self.fences.pop(topic, None)
 
     def close(self) -> None:
-        changes = Changes()
-        for topic in list(self.members):
-            self.release(topic, changes)
+        """Leave the group: every partition goes to the other members at once."""
+        self.fences.clear()
+        share, self.share = self.share, None
+        if share is None:
+            return
+        try:
+            share.close()
+        except LogError as exc:
+            log.warning("schedule partitions: could not leave group %s: %s", self.group, exc)

@@ -1,9 +1,9 @@
 """Schedules over the servers: each fired by its partition's owner, started by the leader.
 
 Theory of operation (DESIGN section 10). Schedules live in P partition topics
-(``shards.py``). Every server, leader or standby, owns the partitions the assignment over
-the live servers gives it (``partitions.py``, renewed a third of a lease session apart)
-and fires their schedules (``schedowner.py``): a fire is a ``fire:<id>`` record written
+(``shards.py``). Every server, leader or standby, owns the partitions the ordered log's
+``schedulers`` group assigns it (``partitions.py``, polled a third of a lease session
+apart) and fires their schedules (``schedowner.py``): a fire is a ``fire:<id>`` record written
 fenced by the partition's epoch, its job id derived from (schedule id, due time).
 
 The leader does the rest. It reads every partition (``schedcatalog.py``): the API's
@@ -25,9 +25,7 @@ leaves its committed offset before that record, so the next leader reads it agai
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,8 +40,7 @@ from server.firing import DEFAULT_GRACE_MS, Fire
 from server.jobparams import job_params, job_request
 from server.jobs import Jobs
 from server.jobwatch import JobWatch
-from server.membership import Membership
-from server.partitions import Partitions
+from server.partitions import Partitions, group_of
 from server.schedcatalog import Catalog, Entry
 from server.schedlog import agreed_count, key_of
 from server.schedowner import Owner
@@ -75,7 +72,6 @@ class Scheduler:
         clock: Clock,
         grace_ms: int = DEFAULT_GRACE_MS,
         settle_ms: int = DEFAULT_SETTLE_MS,
-        membership: Membership | None = None,
         partitions: int = DEFAULT_PARTITIONS,
         outage: Outage | None = None,
     ) -> None:
@@ -86,19 +82,14 @@ class Scheduler:
         self.topic = topic  # the partitions' base name (and the single-owner version's topic)
         self.count = agreed_count(self.log, topic, partitions, self.leadership.member.member_id)
         self.settle_ms = settle_ms
-        self.membership = membership or Membership.reader(self.leadership, clock)
         topics = partition_topics(topic, self.count)
         for name in topics:
             self.log.create_topic(name, TopicPolicy(compacted=True))
-        # As the control topic names this server (the name and incarnation its lease holds).
-        server_id = self.leadership.member.member_id.rpartition("@")[0] or jobs.server_name
-        if self.membership is not None:
-            server_id = f"{self.membership.name}:{self.membership.incarnation}"
         self.partitions = Partitions(
             self.log,
             topics,
-            server_id=server_id,
-            member_id=f"{server_id}@{socket.gethostname()}/{os.getpid()}",
+            group=group_of(topic),
+            member_id=self.leadership.member.member_id,  # ``name:incarnation@HOST/PID``
             session_s=self.leadership.session_s,
         )
         # A fire not started yet is active this long (the leader may be taking over).
@@ -130,19 +121,12 @@ class Scheduler:
                 return known
         return schedule
 
-    def live(self) -> list[str]:
-        """The live servers, from what the control topic says now (``LogError``)."""
-        if self.membership is None:
-            return []
-        self.membership.read()
-        return self.membership.live()
-
     def rebalance(self, now_ms: int) -> None:
-        """Follow the assignment over the live servers; load what was gained."""
+        """Poll this server's membership of the group; load what was gained."""
         self.renew_at_ms = now_ms + round(self.leadership.session_s * 1000 / 3)
         for topic in self.owner.broken & self.partitions.owned():
             self.partitions.lose(topic)  # granted again at this poll: read back
-        changes = self.partitions.renew(self.live())
+        changes = self.partitions.renew()
         if changes.error is not None:
             self.renew_at_ms = now_ms  # again as soon as the log answers
         for topic in changes.lost:

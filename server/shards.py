@@ -1,4 +1,4 @@
-"""Which partition a schedule lives in, and which server owns each partition. Pure.
+"""Which partition a schedule lives in. Pure.
 
 Theory of operation (DESIGN section 10). The ``schedules`` topic is split into P partition
 topics, ``<schedules>.0`` .. ``<schedules>.<P-1>``; a schedule's id hashes to one of them
@@ -7,11 +7,8 @@ itself, where the single-owner version kept every schedule, stays one more parti
 (``legacy``): its schedules keep living and firing there, nothing new is written to it, so
 an upgrade moves nothing.
 
-Each partition has one owner among the live servers, by rendezvous hashing: the server
-with the highest hash of (partition, server id) gets it. Every server computes the same
-answer from the same member set, with no coordination; a server joining takes about 1/n
-of the partitions, each from whoever had it, and a server leaving gives up only its own,
-spread over the others (the minimal movement a consistent hash promises).
+Which server owns each partition is not decided here: the ordered log's group does it
+(``partitions.py``).
 
 Killed at any line: nothing is held here.
 """
@@ -19,7 +16,6 @@ Killed at any line: nothing is held here.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
 
 DEFAULT_PARTITIONS = 8
 MAX_PARTITIONS = 256
@@ -44,24 +40,3 @@ def count_topic(base: str) -> str:
 def topic_of(base: str, schedule_id: str, partitions: int) -> str:
     """Where a new schedule is written."""
     return f"{base}.{partition_of(schedule_id, partitions)}"
-
-
-def _score(partition: str, server: str) -> bytes:
-    return hashlib.sha256(f"{partition}\x00{server}".encode()).digest()
-
-
-def owner_of(partition: str, servers: Iterable[str]) -> str | None:
-    """The server that owns ``partition`` among ``servers`` (None if there are none)."""
-    return max(servers, key=lambda s: (_score(partition, s), s), default=None)
-
-
-def assign(partitions: Iterable[str], servers: Iterable[str]) -> dict[str, str]:
-    """Partition -> owning server; empty when no server is live."""
-    live = sorted(set(servers))
-    if not live:
-        return {}
-    return {p: owner_of(p, live) or live[0] for p in partitions}
-
-
-def mine(assignment: Mapping[str, str], server: str) -> set[str]:
-    return {p for p, owner in assignment.items() if owner == server}

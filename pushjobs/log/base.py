@@ -15,6 +15,16 @@ timeout; each change of owner raises the epoch. A write made with ``fence=Fence(
 epoch)`` is refused with ``FencedError`` unless ``epoch`` is still the group's current
 epoch, so a deposed leader that wakes up late cannot overwrite its successor.
 
+A group over several topics (``group()``: the partitions of a partitioned topic, each a
+single-partition topic here) shares them among its live members: the log assigns each
+topic to at most one member at a time, evenly (with N members each owns floor or ceil of
+P/N), and moves as few as it can when members join or leave (a member keeps its topics
+while membership does not change). ``GroupShare.poll()`` heartbeats and answers the
+topics this member owns now, each with its own ``Fence``: its group is
+``share_fence_group(group, topic)``, so every topic has its own epoch and a write fenced
+for one topic says nothing about another. A topic moves only once its previous owner
+released it (it was told to, or it closed) or its session expired.
+
 Besides the interface, what every backend shares as is: ``record_bytes`` (what a record
 counts for), ``AppendByBatch`` (``append`` as a batch of one) and ``NamedMember`` (the
 names of a group member).
@@ -109,6 +119,26 @@ class GroupMember(Protocol):
         ...
 
 
+class GroupShare(Protocol):
+    """One member of a consumer group over several topics: its share of them."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    def poll(self) -> dict[str, Fence]:
+        """Heartbeat; the topics this member owns now, each with the fence of its epoch."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group at once: its topics go to the other members."""
+        ...
+
+
+def share_fence_group(group: str, topic: str) -> str:
+    """The group a ``GroupShare``'s fence for ``topic`` names: one epoch per topic."""
+    return f"{group}/{topic}"
+
+
 class NamedMember:
     """The names every backend's ``GroupMember`` carries: its group, topic and member id."""
 
@@ -163,6 +193,12 @@ class OrderedLog(Protocol):
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> GroupMember: ...
+
+    def group(
+        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
+    ) -> GroupShare:
+        """Join ``group`` over ``topics`` (they must exist): see the module docstring."""
+        ...
 
     def compact(self, topics: Iterable[str] | None = None) -> list[CompactionStats]:
         """Apply compaction and retention now to the given topics (default: all)."""

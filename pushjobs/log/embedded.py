@@ -33,6 +33,7 @@ class EmbeddedLog(AppendByBatch, Generic[M]):
         self.compaction = compaction
         self._clock: Clock = clock or SystemClock()
         self._members: list[M] = []
+        self._shares: list[_Closes] = []  # group() members, closed first
 
     @property
     def delete_retention_ms(self) -> int:
@@ -51,6 +52,12 @@ class EmbeddedLog(AppendByBatch, Generic[M]):
         if member in self._members:
             self._members.remove(member)
 
+    def forget_share(self, share: _Closes) -> None:
+        if share in self._shares:
+            self._shares.remove(share)
+
     def _close_members(self) -> None:
+        for share in list(self._shares):
+            share.close()
         for member in list(self._members):
             member.close()

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -57,14 +57,17 @@ from pushjobs.log.base import (
 from pushjobs.log.fold import fold_fenced
 from pushjobs.log.kafka_admin import TopicAdmin, topic_config
 from pushjobs.log.kafka_client import (
+    CONSUMER_GUARANTEES,
     Config,
     KafkaTimeouts,
     client_config,
     load,
+    producer_guarantees,
     translate,
     translate_exception,
 )
 from pushjobs.log.kafka_control import ControlTopics
+from pushjobs.log.kafka_groups import SHARE_PROTOCOL, KafkaShare
 from pushjobs.log.kafka_io import PARTITION, Reader, Writer
 from pushjobs.log.kafka_member import GroupProtocol, KafkaGroupMember
 
@@ -125,7 +128,7 @@ class KafkaLog(AppendByBatch):
         self._lock = threading.RLock()
         self._closed = False
         self._group_clients: dict[str, Any] = {}
-        self._members: list[KafkaGroupMember] = []
+        self._members: list[KafkaGroupMember | KafkaShare] = []
         # librdkafka insists on a group.id; the reader never joins or commits, and a
         # unique id can never collide with a real group.
         reader_group = {"group.id": f"{client_id}.reader.{uuid.uuid4().hex}"}
@@ -172,14 +175,7 @@ class KafkaLog(AppendByBatch):
             {"fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": FETCH_WAIT_MS},
             self._config,
             self._consumer_config,
-            # What the log's semantics rest on; extra config cannot change it.
-            {
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_uncommitted",
-                "enable.partition.eof": False,
-            },
+            CONSUMER_GUARANTEES,  # extra config cannot change them
             overrides,
         )
 
@@ -195,16 +191,7 @@ class KafkaLog(AppendByBatch):
             },
             self._config,
             self._producer_config,
-            # What the log's semantics rest on; extra config cannot change it.
-            {
-                "enable.idempotence": True,
-                "acks": "all",
-                # The delivery timeout: librdkafka reports every record, delivered or
-                # failed, within it, so a flush bounded slightly longer always ends.
-                "message.timeout.ms": delivery_ms,
-                # An append to a missing topic must fail, not create it.
-                "allow.auto.create.topics": False,
-            },
+            producer_guarantees(delivery_ms),  # extra config cannot change them
         )
 
     # OrderedLog: topics.
@@ -218,10 +205,7 @@ class KafkaLog(AppendByBatch):
             self.control.register(topic, policy)
 
     def topics(self) -> list[TopicInfo]:
-        """The topics created through ``create_topic``, with the policy they were given.
-
-        Counting records and bytes reads each topic: Kafka keeps no such totals.
-        """
+        """The topics ``create_topic`` made, with their policy; counting records reads each."""
         with self._lock:
             self._ensure_open()
             infos = []
@@ -310,15 +294,19 @@ class KafkaLog(AppendByBatch):
     def member(
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> KafkaGroupMember:
-        checks.session_ms(session_timeout_s)  # refused like elsewhere, not clamped to 1 s
-        with self._topic_locked(topic):
-            self.control.ensure()
-            # Best effort: not while no broker answers (it would wait out its timeout).
-            if self.group_protocol == "consumer" and self.reach.reachable:
-                self._admin.set_group_session_timeout(group, session_timeout_s)
+        with self._joining(group, [topic], session_timeout_s, self.group_protocol):
             member = KafkaGroupMember(self, group, topic, member_id, session_timeout_s)
             self._members.append(member)
             return member
+
+    def group(
+        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
+    ) -> KafkaShare:
+        """Kafka's group protocol assigns ``topics`` (see ``kafka_groups``)."""
+        with self._joining(group, topics, session_timeout_s, SHARE_PROTOCOL):
+            share = KafkaShare(self, group, topics, member_id, session_timeout_s)
+            self._members.append(share)
+            return share
 
     # OrderedLog: maintenance.
 
@@ -334,11 +322,7 @@ class KafkaLog(AppendByBatch):
                 low, high = self._reader.watermarks(name)
                 took = self.clock.monotonic() - started
                 stats.append(CompactionStats(name, high - low, high - low, took))
-            log.info(
-                "compact() on Kafka changes nothing: the broker's log cleaner compacts and "
-                "applies retention on its own schedule (%d topics reported)",
-                len(stats),
-            )
+            log.info("compact() on Kafka changes nothing: the broker does (%d topics)", len(stats))
             return stats
 
     def close(self) -> None:
@@ -357,12 +341,27 @@ class KafkaLog(AppendByBatch):
             self._reader.close()
             self._writer.close()
 
-    # For kafka_member.
+    # For kafka_member and kafka_groups.
 
-    def forget_member(self, member: KafkaGroupMember) -> None:
+    def forget_member(self, member: KafkaGroupMember | KafkaShare) -> None:
         with self._lock:
             if member in self._members:
                 self._members.remove(member)
+
+    @contextmanager
+    def _joining(
+        self, group: str, topics: Sequence[str], session_s: float, protocol: GroupProtocol
+    ) -> Iterator[None]:
+        checks.session_ms(session_s)  # refused like elsewhere, not clamped to 1 s
+        with self._lock:
+            self._ensure_open()
+            for topic in topics:
+                self._reader.require_topic(topic)
+            self.control.ensure()
+            # Best effort: not while no broker answers (it would wait out its timeout).
+            if protocol == "consumer" and self.reach.reachable:
+                self._admin.set_group_session_timeout(group, session_s)
+            yield
 
     # Internals; callers hold self._lock.
 

@@ -44,6 +44,28 @@ class KafkaTimeouts:
     """Admin requests (CreateTopics, AlterConfigs), which some clusters never answer."""
 
 
+# What the log's semantics rest on, for consumers and producers.
+CONSUMER_GUARANTEES: Config = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "isolation.level": "read_uncommitted",
+    "enable.partition.eof": False,
+}
+
+
+def producer_guarantees(delivery_ms: int) -> Config:
+    return {
+        "enable.idempotence": True,
+        "acks": "all",
+        # The delivery timeout: librdkafka reports every record, delivered or failed,
+        # within it, so a flush bounded slightly longer always ends.
+        "message.timeout.ms": delivery_ms,
+        # An append to a missing topic must fail, not create it.
+        "allow.auto.create.topics": False,
+    }
+
+
 def load() -> tuple[ModuleType, ModuleType]:
     """Import confluent-kafka and its admin module, or say which extra provides them."""
     try:

@@ -8,12 +8,14 @@ Fencing (see ``kafka_member``). Kafka offers no conditional append without trans
 so the epoch lives in the fence topic. When a group member gains partition 0 of its topic,
 it confirms with the coordinator that it is still a member (a synchronous offset commit,
 which the broker refuses from an expired member) and appends a claim record keyed by the
-group; the claim's offset + 1 is the new epoch, so epochs strictly increase and no two
-claims share one. The current epoch of a group is the one of its latest claim. A fenced
-append checks, before producing, that its epoch is still the latest claim and that a
-member of this handle holding that epoch still holds the partition, and checks the claim
-again once the records are durable. Folding readers (``fold.fold_fenced``) drop a fenced
-record whose epoch is lower than one already seen in the topic.
+group (by ``share_fence_group(group, topic)`` for a group over several topics,
+``kafka_groups``, so each of its topics has its own epoch); the claim's offset + 1 is the
+new epoch, so epochs strictly increase and no two claims share one. The current epoch of
+a group is the one of its latest claim. A fenced append checks, before producing, that
+its epoch is still the latest claim and that a member of this handle holding that epoch
+still holds the partition, and checks the claim again once the records are durable.
+Folding readers (``fold.fold_fenced``) drop a fenced record whose epoch is lower than one
+already seen in the topic.
 
 What that guarantees, and the race that remains. A deposed leader whose append starts
 after its successor's claim is durable gets ``FencedError`` and writes nothing. An append
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
@@ -51,8 +53,13 @@ from pushjobs.log.base import Fence, Record, TopicPolicy
 from pushjobs.log.kafka_admin import TopicAdmin, decode_policy, encode_policy
 from pushjobs.log.kafka_io import Reader, Writer
 
-if TYPE_CHECKING:
-    from pushjobs.log.kafka_member import KafkaGroupMember
+
+class Holder(Protocol):
+    """A member of this handle, as fenced appends ask it about their fence."""
+
+    def holding(self, fence: Fence) -> bool | None:
+        """None if it never claimed ``fence``; else whether it still holds the partition."""
+        ...
 
 
 class ControlTopics:
@@ -123,7 +130,7 @@ class ControlTopics:
         self,
         fence: Fence,
         topic: str,
-        members: Iterable[KafkaGroupMember],
+        members: Iterable[Holder],
         written: list[int] | None = None,
     ) -> None:
         """Raise ``FencedError`` unless ``fence`` is its group's latest claim and the one of
@@ -132,14 +139,12 @@ class ControlTopics:
         ``written``: the offsets of records already durable, for the after-the-fact check.
         """
         current = self.current_epoch(fence.group)
-        holder = next(
-            (m for m in members if m.group == fence.group and m.epoch == fence.epoch), None
-        )
+        held = [h for h in (m.holding(fence) for m in members) if h is not None]
         problem = None
         if current != fence.epoch:
             problem = f"the current epoch of group {fence.group!r} is {current}"
-        elif holder is not None and not holder.holds_partition():
-            problem = f"member {holder.member_id!r} no longer holds the partition"
+        elif held and not held[0]:
+            problem = "the member that claimed it no longer holds the partition"
         if problem is None:
             return
         if written:

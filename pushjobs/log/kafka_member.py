@@ -45,9 +45,9 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
-from pushjobs.errors import FencedError
-from pushjobs.log.base import NamedMember
-from pushjobs.log.kafka_client import load, translate, translate_exception
+from pushjobs.errors import BackendUnavailable, FencedError
+from pushjobs.log.base import Fence, NamedMember
+from pushjobs.log.kafka_client import error_name, load, translate, translate_exception
 
 CLOSE_WAIT_S = 10.0
 
@@ -59,6 +59,95 @@ log = logging.getLogger(__name__)
 GroupProtocol = Literal["consumer", "classic"]
 PARTITION = 0
 _GROUP_METADATA_MAGIC = b"CGMDv2:"
+
+
+def group_overrides(
+    group: str, protocol: GroupProtocol, session_timeout_s: float
+) -> dict[str, str | int]:
+    """The consumer settings of a group member (see the module docstring)."""
+    session_ms = max(1000, round(session_timeout_s * 1000))
+    overrides: dict[str, str | int] = {
+        "group.id": group,
+        "group.protocol": protocol,
+        "max.poll.interval.ms": session_ms,
+    }
+    if protocol == "classic":
+        overrides.update(
+            {
+                "session.timeout.ms": session_ms,
+                "heartbeat.interval.ms": max(100, session_ms // 10),
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+    return overrides
+
+
+def confirmed_by_coordinator(ck: Any, consumer: Any, owner: KafkaLog, group: str) -> bool | None:
+    """Is ``consumer`` still a member of ``group``'s current generation? None: cannot tell
+    while a rebalance is in progress (the classic protocol refuses commits meanwhile).
+
+    A synchronous offset commit into the fence topic, which the broker refuses from an
+    expired member.
+    """
+    what = f"confirming membership of group {group!r}"
+    with owner.reach.attempt(what):
+        fence = ck.TopicPartition(owner.control.fence_topic, PARTITION, 0)
+        try:
+            parts = consumer.commit(offsets=[fence], asynchronous=False)
+        except ck.KafkaException as exc:
+            if exc.args and error_name(exc.args[0]) == "REBALANCE_IN_PROGRESS":
+                return None
+            err = translate_exception(exc, what)
+            if isinstance(err, FencedError):
+                log.info("group %s: %s", group, err)
+                return False
+            raise err from exc
+        for part in parts or []:
+            if part.error is not None:
+                err = translate(part.error, what)
+                if isinstance(err, FencedError):
+                    return False
+                raise err
+        return True
+
+
+def generation_of(ck: Any, consumer: Any) -> int:
+    """The group generation (member epoch on KIP-848), recorded in claims for audits."""
+    try:
+        raw = consumer.consumer_group_metadata()
+    except (ck.KafkaException, RuntimeError):
+        return -1
+    if not isinstance(raw, bytes) or not raw.startswith(_GROUP_METADATA_MAGIC):
+        return -1
+    start = len(_GROUP_METADATA_MAGIC)
+    # librdkafka copies the int32 in host byte order.
+    return int.from_bytes(raw[start : start + 4], sys.byteorder, signed=True)
+
+
+def close_consumer(ck: Any, consumer: Any, name: str) -> None:
+    """Leave the group, so the partitions go to the others without a session timeout.
+
+    librdkafka's close can block for good (seen on the mock cluster with the classic
+    protocol, waiting on a final rebalance): it gets a bounded wait on a thread of its
+    own, after which the broker's session timeout removes the member.
+    """
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except (ck.KafkaException, RuntimeError) as exc:
+            log.info("%s: close: %s", name, exc)
+
+    closer = threading.Thread(target=close, daemon=True)
+    closer.start()
+    closer.join(CLOSE_WAIT_S)
+    if closer.is_alive():
+        log.warning(
+            "%s: close did not finish within %g s; the broker's session timeout will end "
+            "the membership",
+            name,
+            CLOSE_WAIT_S,
+        )
 
 
 class KafkaGroupMember(NamedMember):
@@ -75,23 +164,12 @@ class KafkaGroupMember(NamedMember):
         self._held: set[int] = set()
         self._session_s = session_timeout_s
         self._last_poll: float | None = None  # monotonic, on the log's clock
-        session_ms = max(1000, round(session_timeout_s * 1000))
-        overrides: dict[str, str | int] = {
-            "group.id": group,
-            "group.protocol": owner.group_protocol,
-            "max.poll.interval.ms": session_ms,
-        }
-        if owner.group_protocol == "classic":
-            overrides.update(
-                {
-                    "session.timeout.ms": session_ms,
-                    "heartbeat.interval.ms": max(100, session_ms // 10),
-                    "partition.assignment.strategy": "cooperative-sticky",
-                }
-            )
         try:
             self.consumer: Any = self._ck.Consumer(
-                owner.consumer_settings(f"member.{member_id}", overrides)
+                owner.consumer_settings(
+                    f"member.{member_id}",
+                    group_overrides(group, owner.group_protocol, session_timeout_s),
+                )
             )
             self.consumer.subscribe(
                 [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -158,64 +236,25 @@ class KafkaGroupMember(NamedMember):
         self.is_open = False
         self.epoch = None
         self._held.clear()
-        # Leaves the group, so the next member is assigned without waiting for a session
-        # timeout. librdkafka's close can block for good (seen on the mock cluster with the
-        # classic protocol, waiting on a final rebalance): it gets a bounded wait on a
-        # thread of its own, after which the broker's session timeout removes the member.
-        closer = threading.Thread(target=self._close_consumer, daemon=True)
-        closer.start()
-        closer.join(CLOSE_WAIT_S)
-        if closer.is_alive():
-            log.warning(
-                "group %s member %s: close did not finish within %g s; the broker's session "
-                "timeout will end the membership",
-                self.group,
-                self._member_id,
-                CLOSE_WAIT_S,
-            )
+        close_consumer(self._ck, self.consumer, f"group {self.group} member {self._member_id}")
         self._log.forget_member(self)
 
-    def _close_consumer(self) -> None:
-        try:
-            self.consumer.close()
-        except (self._ck.KafkaException, RuntimeError) as exc:
-            log.info("group %s member %s: close: %s", self.group, self._member_id, exc)
+    def holding(self, fence: Fence) -> bool | None:
+        """None if this member never held ``fence``; else whether it still holds the topic."""
+        if fence.group != self.group or fence.epoch != self.epoch:
+            return None
+        return self.holds_partition()
 
     def _confirmed_by_coordinator(self) -> bool:
-        """Is this consumer still a member of the group's current generation?"""
-        what = f"confirming membership of group {self.group!r}"
-        with self._log.reach.attempt(what):
-            return self._commit_to_coordinator(what)
-
-    def _commit_to_coordinator(self, what: str) -> bool:
-        fence = self._ck.TopicPartition(self._log.control.fence_topic, PARTITION, 0)
-        try:
-            parts = self.consumer.commit(offsets=[fence], asynchronous=False)
-        except self._ck.KafkaException as exc:
-            err = translate_exception(exc, what)
-            if isinstance(err, FencedError):
-                log.info("group %s member %s: %s", self.group, self._member_id, err)
-                return False
-            raise err from exc
-        for part in parts or []:
-            if part.error is not None:
-                err = translate(part.error, what)
-                if isinstance(err, FencedError):
-                    return False
-                raise err
-        return True
+        confirmed = confirmed_by_coordinator(self._ck, self.consumer, self._log, self.group)
+        if confirmed is None:
+            raise BackendUnavailable(
+                f"confirming membership of group {self.group!r}: a rebalance is in progress"
+            )
+        return confirmed
 
     def _generation(self) -> int:
-        """The group generation (member epoch on KIP-848), recorded in claims for audits."""
-        try:
-            raw = self.consumer.consumer_group_metadata()
-        except (self._ck.KafkaException, RuntimeError):
-            return -1
-        if not isinstance(raw, bytes) or not raw.startswith(_GROUP_METADATA_MAGIC):
-            return -1
-        start = len(_GROUP_METADATA_MAGIC)
-        # librdkafka copies the int32 in host byte order.
-        return int.from_bytes(raw[start : start + 4], sys.byteorder, signed=True)
+        return generation_of(self._ck, self.consumer)
 
     # Rebalance callbacks: run by librdkafka inside consumer.poll(), on this thread.
 

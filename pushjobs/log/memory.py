@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from pushjobs.log.base import (
     Fence,
     GroupInfo,
     GroupMember,
+    GroupShare,
     ListsGroups,
     NamedMember,
     OrderedLog,
@@ -35,6 +36,10 @@ from pushjobs.log.base import (
 )
 from pushjobs.log.compaction import DEFAULT_DELETE_RETENTION_MS, Compaction
 from pushjobs.log.embedded import EmbeddedLog
+from pushjobs.log.shares import EmulatedShare, live_keys
+
+if TYPE_CHECKING:
+    from pushjobs.log.shares import Roster
 
 
 @dataclass(slots=True)
@@ -54,6 +59,7 @@ class MemoryStore:
         self.topics: dict[str, _Topic] = {}
         self.offsets: dict[tuple[str, str], int] = {}
         self.leases: dict[tuple[str, str], leases.Lease] = {}
+        self.roster: dict[tuple[str, str], leases.Lease] = {}  # (group, token): see shares
 
     def group_epoch(self, group: str) -> int:
         return max((ls.epoch for (g, _), ls in self.leases.items() if g == group), default=0)
@@ -155,6 +161,37 @@ class MemoryLog(EmbeddedLog["MemoryMember"]):
             member = MemoryMember(self, group, topic, member_id, session_ms)
             self._members.append(member)
             return member
+
+    def group(
+        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
+    ) -> EmulatedShare:
+        session_ms = checks.session_ms(session_timeout_s)
+        with self._locked():
+            for topic in topics:
+                self._topic(topic)
+            share = EmulatedShare(self, group, topics, member_id, session_ms)
+            self._shares.append(share)
+            return share
+
+    def roster_heartbeat(self, group: str, me: leases.Claimant) -> list[str] | None:
+        store = self.store
+        with store.lock:
+            if self._closed:
+                return None
+            now_ms = self.now_ms()
+            store.roster[(group, me.token)] = leases.Lease(
+                me.member_id, me.token, 0, now_ms, me.session_ms
+            )
+            rows = [row for (g, _), row in store.roster.items() if g == group]
+            live = live_keys(rows, now_ms)
+            for row in rows:  # the expired go, as on sqlite
+                if row.token is not None and leases.lease_expired(row, now_ms):
+                    del store.roster[(group, row.token)]
+            return live
+
+    def roster_leave(self, group: str, token: str) -> None:
+        with self.store.lock:
+            self.store.roster.pop((group, token), None)
 
     def groups(self) -> list[GroupInfo]:
         with self._locked():
@@ -299,3 +336,5 @@ if TYPE_CHECKING:
     _log: type[OrderedLog] = MemoryLog
     _lists: type[ListsGroups] = MemoryLog
     _member: type[GroupMember] = MemoryMember
+    _share: type[GroupShare] = EmulatedShare
+    _roster: type[Roster] = MemoryLog

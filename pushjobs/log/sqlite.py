@@ -25,7 +25,8 @@ disk honours fsync, power loss. A batch is one transaction, hence one fsync.
 holds one row per (group, topic), which ``sqlite_member`` owns. A fenced append compares
 its epoch with the group's current (highest) epoch in its own write transaction, so a
 successor's takeover and a deposed leader's write cannot interleave: whichever commits
-second sees the other.
+second sees the other. ``roster`` holds the members of groups over several topics, one
+row per member with its heartbeat (``group()``, emulated as ``shares`` says).
 
 *Cleanup.* ``compact()`` applies each topic's policy in one write transaction: time
 retention drops the oldest records up to the first young one, size retention drops the
@@ -40,13 +41,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pushjobs.clock import Clock
 from pushjobs.errors import LogError, UnknownTopic
-from pushjobs.log import checks
+from pushjobs.log import checks, leases, sqlite_member
 from pushjobs.log.base import (
     DEFAULT_MAX_VALUE_BYTES,
     Batch,
@@ -62,6 +63,7 @@ from pushjobs.log.base import (
 )
 from pushjobs.log.compaction import DEFAULT_DELETE_RETENTION_MS, Compaction
 from pushjobs.log.embedded import EmbeddedLog
+from pushjobs.log.shares import EmulatedShare
 from pushjobs.log.sqlite_cleaner import Cleaner
 from pushjobs.log.sqlite_file import MAX_OFFSET, OFFSET_BITS, connect, topic_range, translate
 from pushjobs.log.sqlite_member import SqliteMember, group_epoch
@@ -231,6 +233,28 @@ class SqliteLog(EmbeddedLog[SqliteMember]):
             self._members.append(member)
             return member
 
+    def group(
+        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
+    ) -> EmulatedShare:
+        session_ms = checks.session_ms(session_timeout_s)
+        with self._read(f"joining group {group!r}") as db:
+            for topic in topics:
+                self._topic(db, topic)
+            share = EmulatedShare(self, group, topics, member_id, session_ms)
+            self._shares.append(share)
+            return share
+
+    def roster_heartbeat(self, group: str, me: leases.Claimant) -> list[str] | None:
+        if not self.is_open:
+            return None
+        with self.transaction(f"polling group {group!r}") as db:
+            return sqlite_member.roster_heartbeat(db, group, me, self.now_ms())
+
+    def roster_leave(self, group: str, token: str) -> None:
+        if self.is_open:
+            with self.transaction(f"leaving group {group!r}") as db:
+                sqlite_member.roster_leave(db, group, token)
+
     def groups(self) -> list[GroupInfo]:
         with self._read("listing groups") as db:
             rows = db.execute(
@@ -326,5 +350,8 @@ class SqliteLog(EmbeddedLog[SqliteMember]):
 
 
 if TYPE_CHECKING:
+    from pushjobs.log.shares import Roster
+
     _log: type[OrderedLog] = SqliteLog
     _lists: type[ListsGroups] = SqliteLog
+    _roster: type[Roster] = SqliteLog

@@ -34,6 +34,17 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 OFFSET_BITS = 40
 MAX_OFFSET = (1 << OFFSET_BITS) - 1
 
+# The members of groups over several topics (``shares``). Added after version 1 without a
+# version change: a file without it gets it on first use (``IF NOT EXISTS``).
+ROSTER = """CREATE TABLE IF NOT EXISTS roster (
+        grp TEXT NOT NULL,
+        token TEXT NOT NULL,
+        member_id TEXT NOT NULL,
+        heartbeat_ms INTEGER NOT NULL,
+        session_ms INTEGER NOT NULL,
+        PRIMARY KEY (grp, token)
+    ) WITHOUT ROWID"""
+
 SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     # end_offset only grows: compaction and retention never hand an offset out twice.
@@ -78,6 +89,7 @@ SCHEMA = (
         session_ms INTEGER NOT NULL,
         PRIMARY KEY (grp, topic_id)
     ) WITHOUT ROWID""",
+    ROSTER,
 )
 
 

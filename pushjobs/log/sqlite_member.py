@@ -1,4 +1,5 @@
-"""A consumer-group member of the sqlite log: one row of the ``leases`` table (see ``sqlite``).
+"""A consumer-group member of the sqlite log: one row of the ``leases`` table (see ``sqlite``),
+and the ``roster`` of the groups over several topics (``roster_heartbeat``, ``shares``).
 
 Theory of operation. ``leases`` holds one row per (group, topic): owner, the owner's
 token, epoch, heartbeat and session timeout. ``poll`` runs ``leases.poll_lease`` inside
@@ -32,6 +33,8 @@ from typing import TYPE_CHECKING
 
 from pushjobs.log import leases
 from pushjobs.log.base import NamedMember
+from pushjobs.log.shares import member_key
+from pushjobs.log.sqlite_file import ROSTER
 
 if TYPE_CHECKING:
     from pushjobs.log.base import GroupMember
@@ -44,6 +47,38 @@ def group_epoch(db: sqlite3.Connection, group: str) -> int:
         "SELECT coalesce(max(epoch), 0) FROM leases WHERE grp = ?", (group,)
     ).fetchone()
     return int(epoch)
+
+
+def roster_heartbeat(
+    db: sqlite3.Connection, group: str, me: leases.Claimant, now_ms: int
+) -> list[str]:
+    """Renew ``me``'s roster row, drop the rows of members gone; the live members' keys.
+
+    Called inside a write transaction. A row past its session, or of a process known to
+    be gone, is deleted: its member, if it ever polls again, registers anew.
+    """
+    db.execute(ROSTER)
+    db.execute(
+        "INSERT OR REPLACE INTO roster (grp, token, member_id, heartbeat_ms, session_ms)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (group, me.token, me.member_id, now_ms, me.session_ms),
+    )
+    rows = db.execute(
+        "SELECT token, member_id, heartbeat_ms, session_ms FROM roster WHERE grp = ?", (group,)
+    ).fetchall()
+    live = []
+    for token, member_id, heartbeat_ms, session_ms in rows:
+        row = leases.Lease(member_id, token, 0, heartbeat_ms, session_ms)
+        if leases.lease_expired(row, now_ms) or _gone(member_id):
+            db.execute("DELETE FROM roster WHERE grp = ? AND token = ?", (group, token))
+        else:
+            live.append(member_key(member_id, token))
+    return sorted(live)
+
+
+def roster_leave(db: sqlite3.Connection, group: str, token: str) -> None:
+    db.execute(ROSTER)
+    db.execute("DELETE FROM roster WHERE grp = ? AND token = ?", (group, token))
 
 
 def _gone(owner: str) -> bool:

@@ -14,7 +14,7 @@ Killed at any line: nothing here is durable; a restarted server counts from zero
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pushjobs.clock import Clock, SystemClock
@@ -24,6 +24,7 @@ from pushjobs.log.base import (
     CompactionStats,
     Fence,
     GroupMember,
+    GroupShare,
     OrderedLog,
     Record,
     TopicInfo,
@@ -134,6 +135,11 @@ class TimedLog(AppendByBatch):
         self, group: str, topic: str, member_id: str, *, session_timeout_s: float
     ) -> GroupMember:
         return self.inner.member(group, topic, member_id, session_timeout_s=session_timeout_s)
+
+    def group(
+        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
+    ) -> GroupShare:
+        return self.inner.group(group, topics, member_id, session_timeout_s=session_timeout_s)
 
     def compact(self, topics: Iterable[str] | None = None) -> list[CompactionStats]:
         return self.inner.compact(topics)

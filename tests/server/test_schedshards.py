@@ -32,30 +32,12 @@ class NoSender:
         pass
 
 
-class Roster:
-    """What the control topic would say: the live servers, shared by every server here."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-
-class FakeMembership:
-    def __init__(self, roster: Roster, name: str) -> None:
-        self.roster, self.name, self.incarnation = roster, name, "1"
-
-    def read(self) -> None:
-        pass
-
-    def live(self) -> list[str]:
-        return list(self.roster.ids)
-
-
 class Server:
     def __init__(
-        self, store: MemoryStore, clock: FakeClock, roster: Roster, name: str, partitions: int = 8
+        self, store: MemoryStore, clock: FakeClock, name: str, partitions: int = 8
     ) -> None:
         log = MemoryLog(store, clock=clock)
-        self.name, self.clock, self.roster = name, clock, roster
+        self.name, self.clock, self.dead = name, clock, False
         self.topics = create_standard_topics(log)
         self.leadership = Leadership.join(log, self.topics, "pushjobs.", f"{name}:1", SESSION_S)
         self.liveness = LivenessTracker(1.0, 3, 1)
@@ -74,20 +56,19 @@ class Server:
             self.topics.schedules,
             clock=clock,
             settle_ms=0,
-            membership=FakeMembership(roster, name),  # type: ignore[arg-type]
             partitions=partitions,
         )
         self.leadership.on_stand_by = self.stand_by
         self.admin = SchedAdmin(self).table()
         self.started: Counter[str] = Counter()  # job ids this server started
         self.owned: set[str] = set()  # every partition it ever owned
-        roster.ids.append(f"{name}:1")
 
     def stand_by(self) -> None:
         self.jobs.stand_by()
         self.scheduler.stand_by()
 
     def tick(self) -> None:
+        assert not self.dead
         now = self.clock.monotonic()
         if now >= self.leadership.next_renewal:
             before = self.leadership.leader
@@ -106,7 +87,8 @@ class Server:
         return self.admin[method](params, "alice")
 
     def die(self) -> None:
-        self.roster.ids.remove(f"{self.name}:1")
+        """Stops at once, without a word: its group membership and leases run out."""
+        self.dead = True
 
 
 @pytest.fixture
@@ -159,11 +141,12 @@ def due_times(sids: list[str], after_ms: int, until_ms: int) -> set[tuple[str, i
 
 
 def test_every_server_fires_its_share_and_the_leader_starts_them_all(clock: FakeClock) -> None:
-    store, roster = MemoryStore(), Roster()
-    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
-    run(clock, [a], 0.5)  # a leads
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
+    run(clock, [a], 0.5)  # a leads, and owns every partition until b joins the group
     assert a.leadership.leader
     run(clock, [a, b], 2)
+    a.owned.clear()  # from here on, the group has its two members
     sids = add_every2s(a, 30)
     start = clock.wall_ms()
     run(clock, [a, b], 10)
@@ -183,8 +166,8 @@ def test_every_server_fires_its_share_and_the_leader_starts_them_all(clock: Fake
 def test_a_death_and_a_join_move_partitions_and_every_due_time_fires_once(
     clock: FakeClock,
 ) -> None:
-    store, roster = MemoryStore(), Roster()
-    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
     run(clock, [a], 0.5)
     run(clock, [a, b], 2)
     sids = add_every2s(a, 40)
@@ -195,7 +178,7 @@ def test_a_death_and_a_join_move_partitions_and_every_due_time_fires_once(
     b.die()  # b stops: its leases run out, a takes its partitions
     run(clock, [a], 2 * SESSION_S + 2)
     assert a.scheduler.partitions.owned() == set(a.scheduler.partitions.topics)
-    c = Server(store, clock, roster, "c")  # c joins: a hands c its share
+    c = Server(store, clock, "c")  # c joins: a hands c its share
     run(clock, [a, c], 8)
     assert (
         c.owned and a.scheduler.partitions.owned() == set(a.scheduler.partitions.topics) - c.owned
@@ -211,8 +194,8 @@ def test_a_death_and_a_join_move_partitions_and_every_due_time_fires_once(
 
 
 def test_the_leader_dying_hands_its_partitions_and_its_starts_over(clock: FakeClock) -> None:
-    store, roster = MemoryStore(), Roster()
-    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
     run(clock, [a], 0.5)
     run(clock, [a, b], 2)
     sids = add_every2s(a, 20)
@@ -232,8 +215,8 @@ def test_the_leader_dying_hands_its_partitions_and_its_starts_over(clock: FakeCl
 def test_a_standby_owner_skips_a_due_time_while_the_previous_run_is_active(
     clock: FakeClock,
 ) -> None:
-    store, roster = MemoryStore(), Roster()
-    a, b = Server(store, clock, roster, "a"), Server(store, clock, roster, "b")
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
     for _ in range(2):  # n1 online at the leader: its jobs wait for its vote (30 s)
         a.liveness.heartbeat("n1", clock.monotonic())
     run(clock, [a], 0.5)
@@ -251,9 +234,9 @@ def test_a_standby_owner_skips_a_due_time_while_the_previous_run_is_active(
 
 
 def test_every_server_splits_schedules_as_the_first_one_did(clock: FakeClock) -> None:
-    store, roster = MemoryStore(), Roster()
-    a = Server(store, clock, roster, "a", partitions=4)
-    b = Server(store, clock, roster, "b", partitions=16)  # set otherwise: the log decides
+    store = MemoryStore()
+    a = Server(store, clock, "a", partitions=4)
+    b = Server(store, clock, "b", partitions=16)  # set otherwise: the log decides
     assert a.scheduler.count == b.scheduler.count == 4
     assert a.scheduler.partitions.topics == b.scheduler.partitions.topics
     run(clock, [a], 0.5)
