@@ -63,6 +63,7 @@ class Transport:
         bind: str | None = None,
         connect: str | tuple[str, ...] = (),
         hwm: int = 1000,
+        rcvhwm: int | None = None,
         curve_server: CurveKeys | None = None,
         allowed_clients: Callable[[str], bool] | None = None,
         curve_client: CurveKeys | None = None,
@@ -76,7 +77,8 @@ class Transport:
         ``curve_server`` makes it a CurveZMQ server; with ``allowed_clients`` only clients
         whose public key passes the check get through (ZAP). ``curve_client`` with
         ``server_public`` makes it a CurveZMQ client of that server. ``max_message_bytes``
-        overrides the transport's frame limit for this socket.
+        overrides the transport's frame limit for this socket. ``rcvhwm`` (default ``hwm``)
+        bounds what libzmq queues per peer before the application reads it.
         """
         try:
             sock: zmq.Socket[bytes] = self.context.socket(KINDS[kind])
@@ -86,7 +88,7 @@ class Transport:
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, hwm)
-            sock.setsockopt(zmq.RCVHWM, hwm)
+            sock.setsockopt(zmq.RCVHWM, hwm if rcvhwm is None else rcvhwm)
             limit = self.max_message_bytes if max_message_bytes is None else max_message_bytes
             sock.setsockopt(zmq.MAXMSGSIZE, limit)
             if identity is not None:
