@@ -10,6 +10,7 @@ input as fast as it can for a window (default 10 s):
     subscriptions-node  the same with an accepted node key no agent uses (an insider's)
     enrolment        self-signed config requests from fresh identities
     enrolment-conns  the same over 50 connections at once from one source
+    enrolment-500    the same over 500 connections (strangers over the per-source cap)
     impostors        config requests under a real node's name with fresh keys
     watches          job.watch requests from a reader, many client processes
 
@@ -49,7 +50,7 @@ from pushjobs.sandbox import Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
 
 TICKS = os.sysconf("SC_CLK_TCK")
-CONNECTIONS = 50
+CONNECTIONS = {"enrolment-conns": 50, "enrolment-500": 500}
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 KINDS = (
     "garbage-api",
@@ -58,6 +59,7 @@ KINDS = (
     "subscriptions-node",
     "enrolment",
     "enrolment-conns",
+    "enrolment-500",
     "impostors",
     "watches",
 )
@@ -107,8 +109,8 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
                     socks[sent % 20].send(b"\x01" + os.urandom(30))
                     sent += 1
             return sent
-        if kind == "enrolment-conns":
-            return _many(context, server, endpoints["api"], keys, end, job_id)
+        if kind in CONNECTIONS:
+            return _many(context, server, endpoints["api"], keys, end, CONNECTIONS[kind], job_id)
         sock = context.socket(zmq.PUSH if kind == "garbage-reply" else zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -136,12 +138,12 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
 
 
 def _many(
-    context: zmq.Context[Any], server: str, api: str, keys: Path, end: float, job_id: str
+    context: zmq.Context[Any], server: str, api: str, keys: Path, end: float, n: int, job_id: str
 ) -> int:
-    """Enrolment spam over ``CONNECTIONS`` DEALERs, each a stranger's CurveZMQ key: what
-    libzmq queues ahead of the loop is per connection, so this is the costlier attack."""
+    """Enrolment spam over ``n`` DEALERs, each a stranger's CurveZMQ key: what libzmq
+    queues ahead of the loop is per connection, so this is the costlier attack."""
     socks = []
-    for _ in range(CONNECTIONS):
+    for _ in range(n):
         stranger = generate("stranger", "user")
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -203,7 +205,7 @@ def counted(info: dict[str, Any], kind: str) -> int:
         return sum(info["drops"].get("reply", {}).values())
     if kind == "watches":
         return int(info["watches"]["parked"] + info["watches"]["refused"])
-    if kind in ("enrolment", "enrolment-conns", "impostors"):
+    if kind in ("enrolment", *CONNECTIONS, "impostors"):
         return sum(info["drops"].get("api", {}).values()) + int(info["enrolment"]["refused"])
     return sum(info["drops"].get("api", {}).values())
 

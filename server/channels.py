@@ -1,6 +1,8 @@
 """The server's sockets (DESIGN section 3) and its pool of per-endpoint command sockets.
 
-    API        ROUTER, bound, CurveZMQ server (any client key: the registry decides)
+    API        ROUTER, bound, CurveZMQ server (any client key: the registry decides; a
+               stranger's key only while its source holds fewer open connections than
+               its cap: ``cap_api``, ``server.conncap``)
     heartbeat  XPUB, bound, signed, CurveZMQ server admitting accepted node keys only (ZAP);
                only the empty subscription is applied
     replies    PULL, bound, CurveZMQ server admitting accepted node keys only (ZAP)
@@ -37,12 +39,20 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
 
 import zmq
 
+from keys.states import KeyState
 from pushjobs.errors import TransportError
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
+from server.conncap import ADMIT, ConnectionCaps
 from server.subflood import FloodGuard
+
+if TYPE_CHECKING:
+    from keys.registry import KeyRegistry
+    from server.settings import ServerSection
 
 log = logging.getLogger("pushjobs.server")
 
@@ -58,6 +68,11 @@ REPLY_HWM = 100_000
 # never reads at most ~2 MB.
 API_RCVHWM = 64
 API_SNDHWM = 2_048
+# A handshake ZAP refused for now (too many connections: ``server.conncap``) is not closed
+# by libzmq until the handshake times out (the client is hung up on without a word, the
+# CurveZMQ RFC says); nor is a connection that never completes its handshake. Both hold
+# an fd and libzmq's buffers: 10 s instead of libzmq's 30 (a handshake takes milliseconds).
+API_HANDSHAKE_MS = 10_000
 # An agent sends a one-byte subscription; the CurveZMQ handshake's commands (HELLO 200
 # bytes, INITIATE with its metadata a few hundred) pass through the same limit.
 SUBSCRIPTION_MAX_BYTES = 1024
@@ -93,13 +108,15 @@ class Channels:
         self.transport = transport
         self.curve = curve
         self.drops: Counter[str] = drops if drops is not None else Counter()
+        self.api_caps: ConnectionCaps | None = None  # read by the ZAP thread
         self.api = transport.socket(
             "router",
             bind=api_bind,
             hwm=API_SNDHWM,
             rcvhwm=API_RCVHWM,
             curve_server=curve,
-            allowed_clients=_any,
+            allowed_peers=self._api_allowed,
+            handshake_ms=API_HANDSHAKE_MS,
         )
         self.api.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._node_allowed = node_allowed
@@ -128,6 +145,21 @@ class Channels:
         )
         sock.setsockopt(zmq.XPUB_MANUAL, 1)
         return sock
+
+    def cap_api(self, section: ServerSection, registry: KeyRegistry) -> ConnectionCaps:
+        """Cap strangers' open API connections as ``section`` says (keys ``registry``
+        holds as accepted are never refused); the caps, for the API socket's monitor."""
+        self.api_caps = ConnectionCaps(
+            per_source=section.max_api_connections_per_source,
+            total=section.max_api_connections,
+            known=partial(key_accepted, registry),
+            drops=self.drops,
+        )
+        return self.api_caps
+
+    def _api_allowed(self, key: str, address: str) -> int:  # on the ZAP thread
+        caps = self.api_caps
+        return ADMIT if caps is None else caps.admit(key, address)
 
     def _heartbeat_allowed(self, key: str) -> bool:  # on the ZAP thread
         return not self.flood.refused(key, time.monotonic()) and self._node_allowed(key)
@@ -263,8 +295,10 @@ class Channels:
         return len(self._commands)
 
 
-def _any(client_key: str) -> bool:
-    return True
+def key_accepted(registry: KeyRegistry, curve_public: str) -> bool:
+    """Whether an accepted key of any kind (node, user, server) holds this CurveZMQ key."""
+    entry = registry.by_curve_key(curve_public)
+    return entry is not None and entry.state is KeyState.ACCEPTED
 
 
 def _trim_heap() -> None:

@@ -126,8 +126,8 @@ class Server:
             drops=api_drops,
         )
         bound = self.channels.endpoints()
-        # A client or agent holding the wrong server key shows only here (rate-limited).
-        self.handshakes = Handshakes(self.channels.api, "api")
+        caps = self.channels.cap_api(section, zap_registry)  # strangers' API connections
+        self.handshakes = Handshakes(self.channels.api, "api", caps)  # and wrong server keys
         heartbeat_endpoint = advertised(bound["heartbeat"], section.advertise_host)
         self.reply_endpoint = advertised(bound["reply"], section.advertise_host)
         api_endpoint = advertised_api(bound["api"], section.advertise_host)

@@ -29,6 +29,7 @@ from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport
+from server.settings import ServerSection
 from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 
@@ -384,6 +385,7 @@ def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> Non
     # libzmq queues what each connection sent ahead of the loop, up to the API socket's
     # receive HWM, at ~10 KB a CurveZMQ request: 40 connections sending all they can used
     # to park 20,000 requests (140 MB in bench/hostile.py); now at most 64 per connection.
+    # (25 connections here: one source may hold 32, the fleet client's among them.)
     watch = Watchdog(fleet)
     refused_before = fleet.call("server.info")["enrolment"]["refused"]
     identities = [generate(f"spam-{n}", "node") for n in range(50)]
@@ -397,7 +399,7 @@ def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> Non
                 server_public=_server_public(fleet),
                 hwm=100_000,  # the attacker's own memory holds what the server will not
             )
-            for _ in range(40)
+            for _ in range(25)
         ]
         for n in range(500):
             for c, sock in enumerate(socks):
@@ -405,10 +407,43 @@ def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> Non
 
         def answered() -> int | None:  # all refused but the 100 pending one source may add
             refused = int(fleet.call("server.info")["enrolment"]["refused"]) - refused_before
-            return refused if refused >= 40 * 500 - 100 else None
+            return refused if refused >= 25 * 500 - 100 else None
 
         wait_until(answered, 60, 0.5)
     watch.check(rss_growth_mb=80)
+
+
+def test_a_flood_of_connections_from_one_source_is_capped(fleet: Fleet) -> None:
+    # Anyone may connect to the API, and each connection may park up to the receive HWM:
+    # 500 strangers' connections from one address are capped at the per-source limit;
+    # the rest are refused at the handshake, and counted.
+    cap = ServerSection().max_api_connections_per_source
+    watch = Watchdog(fleet)
+    identities = [generate(f"flood-{n}", "node") for n in range(20)]
+    now_ms = time.time_ns() // 1_000_000
+    requests = [_config_request(f"flood-{n}", now_ms, identities[n]) for n in range(20)]
+
+    def refused() -> int:
+        drops = fleet.call("server.info")["drops"].get("api", {})
+        return int(drops.get("connections_per_source", 0))
+
+    before = refused()
+    with Transport() as transport:
+        socks = [
+            transport.socket(
+                "dealer",
+                connect=fleet.sandbox.api,
+                curve_client=_stranger(),
+                server_public=_server_public(fleet),
+                hwm=100_000,  # the attacker's own memory holds what the server will not
+            )
+            for _ in range(500)
+        ]
+        for sock in socks:
+            for frames in requests:
+                sock.send_multipart(frames)
+        wait_until(lambda: refused() - before >= 500 - cap - 1, 60, 0.5)
+        watch.check(rss_growth_mb=50)  # while they are all still connected
 
 
 def _watch(outbox: Outbox, job_id: str, version: int, request_id: str) -> list[bytes]:
