@@ -36,20 +36,22 @@ written yet. It confirms its membership with the coordinator first, then serves 
 callbacks again (a loss the confirmation's round trip let arrive), before it answers with
 its epoch. Without this, a server stopped just past the broker's session resumed as
 leader for up to a lease, beside its successor.
+
+Leaving (``close``) never goes through librdkafka's consumer close, which froze the whole
+process when it served an assignment that had arrived since the last poll; ``kafka_close``
+says why and how the member leaves instead.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from pushjobs.errors import FencedError
 from pushjobs.log.base import NamedMember
 from pushjobs.log.kafka_client import load, translate, translate_exception
-
-CLOSE_WAIT_S = 10.0
+from pushjobs.log.kafka_close import destroy_detached, drain_and_unsubscribe
 
 if TYPE_CHECKING:
     from pushjobs.log.kafka import KafkaLog
@@ -157,29 +159,14 @@ class KafkaGroupMember(NamedMember):
             return
         self.is_open = False
         self.epoch = None
+        # Never librdkafka's close, which can freeze the whole process (``kafka_close``):
+        # unsubscribe and serve what follows while the group is alive, then destroy.
+        what = f"group {self.group} member {self._member_id}"
+        drain_and_unsubscribe(self._ck, self.consumer, what)
         self._held.clear()
-        # Leaves the group, so the next member is assigned without waiting for a session
-        # timeout. librdkafka's close can block for good (seen on the mock cluster with the
-        # classic protocol, waiting on a final rebalance): it gets a bounded wait on a
-        # thread of its own, after which the broker's session timeout removes the member.
-        closer = threading.Thread(target=self._close_consumer, daemon=True)
-        closer.start()
-        closer.join(CLOSE_WAIT_S)
-        if closer.is_alive():
-            log.warning(
-                "group %s member %s: close did not finish within %g s; the broker's session "
-                "timeout will end the membership",
-                self.group,
-                self._member_id,
-                CLOSE_WAIT_S,
-            )
+        box, self.consumer = [self.consumer], None
+        destroy_detached(box, what)
         self._log.forget_member(self)
-
-    def _close_consumer(self) -> None:
-        try:
-            self.consumer.close()
-        except (self._ck.KafkaException, RuntimeError) as exc:
-            log.info("group %s member %s: close: %s", self.group, self._member_id, exc)
 
     def _confirmed_by_coordinator(self) -> bool:
         """Is this consumer still a member of the group's current generation?"""
