@@ -4,8 +4,9 @@ Theory of operation. ``start`` spawns the argv in a new session (so a new proces
 whose id is the child's pid) with stdin from /dev/null and stdout/stderr on pipes. One
 watcher thread reads both pipes into tail-keeping buffers, enforces the run timeout and
 waits for the child. The job ends when the child exits, when the deadline passes, or when
-``abort`` is called; in every case whatever is left of the process group is killed
-(SIGTERM, then SIGKILL after a short grace), so no process of a job outlives it. The
+``abort`` is called: at the deadline and on abort the group gets SIGKILL at once; then in
+every case whatever is left of it gets SIGTERM, then SIGKILL after a short grace, so no
+process of a job outlives it (one that left the group with ``setsid`` does). The
 outcome is handed to ``on_done`` from the watcher thread; the daemon turns that into a
 wakeup of its own loop.
 """

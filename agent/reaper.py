@@ -9,8 +9,13 @@ when the job has ended (``-PGID``). The watchdog only reads: when its stdin repo
 end-of-file the agent is gone, however it went, and every group still registered is
 killed with SIGKILL; so is every process whose environment carries this agent's tag
 (``PUSHJOBS_AGENT_TAG``, set for every job), which covers a job spawned in the instant
-before its ``+PGID`` line (the chaos bench killed agents in that instant). Then the
-watchdog exits. It ignores SIGINT, SIGTERM and SIGHUP: a
+before its ``+PGID`` line (the chaos bench killed agents in that instant). A job forked
+in the very instant the agent died is not tagged yet: until its exec is done its
+environment is the agent's, and it closes its copy of the pipe just before that exec, so
+the first look can miss it (the chaos bench found one such ``sleep 60`` outliving its job
+by a minute). So the watchdog keeps looking for ``LOOK_FOR_S`` (more and more rarely), and
+exits. An agent that stops on its own says so first (``.``): it forks nothing while
+stopping, one look is enough. The watchdog ignores SIGINT, SIGTERM and SIGHUP: a
 Ctrl-C meant for the agent lets the agent end its job itself first.
 
 Killed at any line. The agent: the kernel closes its end of the pipe and the watchdog
@@ -18,7 +23,9 @@ kills the job within milliseconds. The watchdog: the agent's next write fails; i
 that jobs are no longer protected and carries on (a restarted agent starts a new one).
 
 What it cannot do: a process that leaves the job's process group (``setsid``, a daemon
-that double-forks) escapes both the executor's group kill and the reaper. Only a cgroup
+that double-forks) and its environment escapes both the executor's group kill and the
+reaper; so does a job forked as the agent died whose exec takes longer than
+``LOOK_FOR_S`` (the journal has no row for it yet: the row follows the fork). Only a cgroup
 contains those: run the agent as a systemd service (its default ``KillMode=control-group``
 kills everything the unit started when the agent stops or dies).
 """
@@ -35,14 +42,19 @@ import sys
 log = logging.getLogger("pushjobs.agent")
 
 TAG_VARIABLE = "PUSHJOBS_AGENT_TAG"
+LOOK_FOR_S = 5.0
+"""How long the watchdog keeps looking for tagged processes after the agent died: a job
+forked in that instant carries the tag only once its exec is done (until then its
+environment is the agent's), which a starved machine may delay by seconds."""
 
-# The watchdog's whole program; ``python -S -c`` runs it with no import beyond os/signal.
+# The watchdog's whole program; ``python -S -c`` runs it with only built-in modules.
 WATCHDOG = r"""
-import os, signal, sys
+import os, signal, sys, time
 tag = ("PUSHJOBS_AGENT_TAG=" + sys.argv[1]).encode()
+look_for_s = float(sys.argv[2])
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-groups, pending = set(), b""
+groups, pending, clean = set(), b"", False
 while True:
     chunk = os.read(0, 4096)
     if not chunk:
@@ -54,29 +66,38 @@ while True:
             groups.add(int(digits))
         elif digits.isdigit() and sign == b"-":
             groups.discard(int(digits))
+        elif line == b".":
+            clean = True
 for pgid in groups:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        with open("/proc/" + pid + "/environ", "rb") as f:
-            tagged = tag in f.read().split(b"\0")
-        if tagged:
-            os.kill(int(pid), signal.SIGKILL)
-    except OSError:
-        pass
+def kill_tagged():
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/" + pid + "/environ", "rb") as f:
+                tagged = tag in f.read().split(b"\0")
+            if tagged:
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+kill_tagged()
+end, pause = time.monotonic() + (0.0 if clean else look_for_s), 0.01
+while time.monotonic() < end:
+    time.sleep(pause)
+    pause = min(pause * 2, 0.2)
+    kill_tagged()
 """
 
 
 class Reaper:
-    def __init__(self) -> None:
+    def __init__(self, look_for_s: float = LOOK_FOR_S) -> None:
         self.tag = secrets.token_hex(8)  # in every job's environment (``TAG_VARIABLE``)
         self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", WATCHDOG, self.tag],
+            [sys.executable, "-S", "-c", WATCHDOG, self.tag, f"{look_for_s:g}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -96,9 +117,14 @@ class Reaper:
         self._tell(b"-%d\n" % pgid)
 
     def close(self) -> None:
-        """The agent stops cleanly: the watchdog sees end-of-file and exits."""
-        self._fd = None
-        with contextlib.suppress(OSError):
+        """The agent stops cleanly: the watchdog sees end-of-file and exits.
+
+        It still kills what is registered or tagged, but at once: an agent stopping on its
+        own forks no job, so there is nothing to keep looking for."""
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):  # stopping: a watchdog gone now protects nothing
+            if fd is not None:
+                os.write(fd, b".\n")
             if self._proc.stdin is not None:
                 self._proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -20,7 +20,8 @@ from typing import Any
 import orjson
 
 from agent.simnode import Behaviour
-from agent.simulator import SimSettings, Simulator
+from agent.simsettings import SimSettings
+from agent.simulator import Simulator
 from keys import files
 from pushjobs import collector
 from pushjobs.cli.exitcodes import Exit, for_error
@@ -34,6 +35,7 @@ def settings_from(raw: dict[str, Any]) -> SimSettings:
     if problems:
         raise ValueError("; ".join(problems))
     server = files.load_public(Path(raw.pop("server_key")))
+    raw["servers"] = tuple(raw.get("servers", ()))
     return SimSettings(server=server, behaviour=behaviour, **raw)
 
 

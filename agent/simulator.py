@@ -18,9 +18,11 @@ the node list: node i beats at phase i/K, with no per-node timer.
 Like an agent, it watches the server (``serverwatch``): while the server is offline it
 sends nothing and discards commands; on a new server incarnation every node rediscovers
 after a random splay; each node rediscovers when its config lifetime ends (not while it
-runs a job). ``simdiscovery`` pipelines discovery, ``simfanout`` sends, ``simcontrol``
-reads control lines from stdin. Killed at any line, a simulator loses all it holds, as
-killed agents would; restarted, it plays new incarnations that discover again.
+runs a job). It follows the leader as an agent does (``simleader``: a standby's redirect,
+the heartbeats' ``leader`` flag, a server that answers nothing). ``simdiscovery``
+pipelines discovery, ``simfanout`` sends, ``simcontrol`` reads control lines from stdin.
+Killed at any line, a simulator loses all it holds, as killed agents would; restarted,
+it plays new incarnations that discover again.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import time
 from base64 import b64decode
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
 
@@ -46,15 +47,16 @@ from agent.link import ServerLink
 from agent.serverwatch import ServerWatch
 from agent.simdiscovery import DiscoveryPipeline
 from agent.simfanout import FanOut
-from agent.simnode import Behaviour, Effect, ExpireAt, FinishAt, Later, Restart, SimNode
+from agent.simleader import ServerChoice
+from agent.simnode import Effect, ExpireAt, FinishAt, Later, Restart, SimNode
+from agent.simsettings import SimSettings
 from agent.trust import trust_server, trust_sessions
-from keys.identity import PublicIdentity
 from pushjobs.errors import TransportError
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.framing import MAX_BODY_CEILING, Limits, parse_header
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.signing import HMAC_SHA256, HmacVerifier, Verifier
-from pushjobs.simkeys import DEFAULT_PREFIX, DEFAULT_SEED, SimKeys, node_name
+from pushjobs.simkeys import SimKeys, node_name
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 
 log = logging.getLogger("pushjobs.simulate")
@@ -64,25 +66,6 @@ MIN_TURN_S = 0.002  # heartbeats due within this are sent together
 MAX_TURN_S = 0.25
 PUSH_HWM = 100_000
 RETRY_PENDING_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class SimSettings:
-    api: str
-    server: PublicIdentity
-    nodes: int
-    first: int = 0
-    prefix: str = DEFAULT_PREFIX
-    seed: str = DEFAULT_SEED
-    bind: str = "tcp://127.0.0.1:*"
-    behaviour: Behaviour = field(default_factory=Behaviour)
-    window: int = 256
-    attempt_timeout_s: float = 10.0
-    splay_s: float = 10.0
-    duration_s: float | None = None
-    facts: dict[str, str] = field(default_factory=dict)
-    tags: tuple[str, ...] = ("simulated",)
-    rng_seed: int | None = None
 
 
 class Simulator:
@@ -108,13 +91,8 @@ class Simulator:
             allowed_clients=lambda key: key == server.curve_public,
         )
         self.endpoint = bound_endpoint(self.command)
-        self.dealer = self.transport.socket(
-            "dealer",
-            connect=settings.api,
-            hwm=PUSH_HWM,
-            curve_client=curve,
-            server_public=server.curve_public,
-        )
+        servers = [settings.api, *(e for e in settings.servers if e != settings.api)]
+        self.choice = ServerChoice(servers, time.monotonic())
         # Commands come signed with the target node's session key (current or previous).
         self.command_keys: dict[str, tuple[HmacVerifier, SimNode]] = {}
         self._resolve_command = trust_sessions(
@@ -128,10 +106,12 @@ class Simulator:
 
         self.counters: Counter[str] = Counter()
         self.discovery = DiscoveryPipeline(
-            self.dealer,
+            self.transport,
+            curve,
+            self.choice.current,
             keys,
-            settings.first,
-            server,
+            first=settings.first,
+            server=server,
             window=settings.window,
             attempt_timeout_s=settings.attempt_timeout_s,
             counters=self.counters,
@@ -164,7 +144,7 @@ class Simulator:
         end = None if self.s.duration_s is None else self.started + self.s.duration_s
         while not self.stopping:
             poller = zmq.Poller()
-            poller.register(self.dealer, zmq.POLLIN)
+            poller.register(self.discovery.dealer, zmq.POLLIN)
             poller.register(self.command, zmq.POLLIN)
             if self.link.sub is not None:
                 poller.register(self.link.sub, zmq.POLLIN)
@@ -177,8 +157,8 @@ class Simulator:
         self._say(orjson.dumps({"final": True, **self.stats()}).decode())
 
     def turn(self, ready: dict[Any, int]) -> None:
-        if self.dealer in ready:
-            for frames in drain(self.dealer, BATCH):
+        if self.discovery.dealer in ready:
+            for frames in drain(self.discovery.dealer, BATCH):
                 self._on_config(frames)
         if self.link.sub is not None and self.link.sub in ready:
             self._on_server_beats(drain(self.link.sub, 256))
@@ -192,6 +172,7 @@ class Simulator:
         self.watch.expire(now)
         if now >= self.next_scan:  # once a second: discovery timeouts, configs that expire
             self.next_scan = now + 1.0
+            self._review_server(now)
             self.discovery.review(now, self.nodes, self.by_name)
         self.discovery.pump(now, _now_ms(), self.endpoint, self.s.facts, self.s.tags)
         push = self.link.push
@@ -230,10 +211,17 @@ class Simulator:
     # --- config from the server ----------------------------------------------------------------
 
     def _on_config(self, frames: list[bytes]) -> None:
-        found = self.discovery.accept(frames, _now_ms(), self.by_name)
+        found = self.discovery.accept(frames, time.monotonic(), _now_ms(), self.by_name)
         if found is None:
             return
         node, reply = found
+        if reply.status == "not_leader":
+            endpoint = self.choice.not_leader(reply.leader)
+            if endpoint is not None:
+                log.info("%s does not lead: asking %s", self.discovery.endpoint, endpoint)
+                self.discovery.move(endpoint, time.monotonic(), self.by_name)
+                self.discovery.ask(node)
+                return
         if reply.status != "accepted" or reply.config is None:
             delay = RETRY_PENDING_S * (0.5 + self.rng.random())
             self._at(delay, node, partial(self.discovery.ask, node))
@@ -249,6 +237,7 @@ class Simulator:
         while len(node.key_ids) > 2:  # the previous key stays for commands in flight
             self.command_keys.pop(node.key_ids.pop(0), None)
         node.configure(cfg.session_key_id, secret, now + cfg.lifetime_s)
+        self.choice.accepted(now)
         if not was:
             self.configured += 1
         self._apply_server_config(cfg, now)
@@ -269,9 +258,23 @@ class Simulator:
 
     # --- server heartbeats and commands --------------------------------------------------------
 
+    def _review_server(self, now: float) -> None:
+        cfg = self.cfg
+        window = None if cfg is None else cfg.interval_s * cfg.offline_threshold
+        endpoint = self.choice.review(now, window, unanswered=self.discovery.silent(now))
+        if endpoint is not None:
+            log.warning("%s answers nothing: asking %s", self.discovery.endpoint, endpoint)
+            self.discovery.move(endpoint, now, self.by_name, everyone=self.nodes)
+
     def _on_server_beats(self, batch: list[list[bytes]]) -> None:
         now = time.monotonic()
         for beat in self.watch.beats(batch, now, _now_ms()):
+            if beat.incarnation == self.server_incarnation:
+                endpoint = self.choice.leader_beat(beat.leader, now)
+                if endpoint is not None:  # every node's session is with a deposed server
+                    log.warning("the server no longer leads: asking %s", endpoint)
+                    self.discovery.move(endpoint, now, self.by_name, everyone=self.nodes)
+                    return
             if beat.incarnation != self.server_incarnation and self.cfg is not None:
                 # The server restarted: its session keys are gone. Everyone asks again,
                 # spread over the splay so the new server is not flooded at once.
@@ -366,7 +369,7 @@ class Simulator:
 
     def stats(self) -> dict[str, Any]:
         drops = {
-            "config": dict(self.discovery.inbox.drops),
+            "config": dict(self.discovery.drops + self.discovery.inbox.drops),
             "beats": dict(self.watch.inbox.drops),
             "commands": dict(self.cmd_inbox.drops),
         }
@@ -375,6 +378,7 @@ class Simulator:
             "configured": self.configured,
             "silent": sum(1 for n in self.nodes if n.silent),
             "server_online": self.watch.online,
+            "server": self.discovery.endpoint,
             "queued_replies": len(self.fanout.replies),
             "counters": dict(self.counters),
             "drops": {k: v for k, v in drops.items() if v},

@@ -1,6 +1,8 @@
 """Chaos for as long as you like: jobs while the server and agents are killed and paused.
 
     python bench/chaos.py --minutes 30 --agents 10 [--seed N]
+    python bench/chaos.py --minutes 10 --agents 8 --kinds timeout --points vote \\
+        --faults kill --victims node-5      # one suspect case, in a loop
 
 One real server and N real agents on 127.0.0.1; rounds of ``pushjobs/chaos.py`` (a job of
 a random kind, one fault at a random point of its life, then the invariants) until the
@@ -18,11 +20,12 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.chaos import Chaos
+from pushjobs.chaos import FAULTS, KINDS, POINTS, Chaos, Narrow
 
 
 def main() -> None:
@@ -31,7 +34,12 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--quiet", action="store_true", help="no line per round")
+    parser.add_argument("--kinds", type=_names(KINDS), default=KINDS, help=",".join(KINDS))
+    parser.add_argument("--points", type=_names(POINTS), default=POINTS, help=",".join(POINTS))
+    parser.add_argument("--faults", type=_names(FAULTS), default=FAULTS, help=",".join(FAULTS))
+    parser.add_argument("--victims", type=_names(()), default=(), help="server,node-1,...")
     args = parser.parse_args()
+    narrow = Narrow(args.kinds, args.points, args.faults, args.victims)
     # A plain kill would skip the clean-up below and leave ten agents and a server behind.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -42,7 +50,7 @@ def main() -> None:
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     with (
         tempfile.TemporaryDirectory(prefix="pushjobs-chaos-") as tmp,
-        Chaos(Path(tmp) / "fleet", seed=seed, agents=args.agents, say=say) as chaos,
+        Chaos(Path(tmp) / "fleet", seed=seed, agents=args.agents, say=say, narrow=narrow) as chaos,
     ):
         seen = 0
         while time.monotonic() < end:
@@ -64,6 +72,19 @@ def main() -> None:
     for line in report.violations:
         print(f"  {line}")
     raise SystemExit(1 if report.violations else 0)
+
+
+def _names(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of names, each one of ``allowed`` (any if it is empty)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in text.split(",") if name.strip())
+        wrong = [name for name in names if allowed and name not in allowed]
+        if not names or wrong:
+            raise argparse.ArgumentTypeError(f"expected some of {', '.join(allowed) or 'names'}")
+        return names
+
+    return parse
 
 
 if __name__ == "__main__":

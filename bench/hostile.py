@@ -7,8 +7,10 @@ input as fast as it can for a window (default 10 s):
     garbage-api      random frames to the API socket, from a stranger's CurveZMQ key
     garbage-reply    random frames to the reply socket, with an accepted node's key
     subscriptions    small subscriptions to the heartbeat socket, from 20 strangers' XSUBs
-    subscriptions-node  the same with an accepted node's key (an insider)
+    subscriptions-node  the same with an accepted node key no agent uses (an insider's)
     enrolment        self-signed config requests from fresh identities
+    enrolment-conns  the same over 50 connections at once from one source
+    enrolment-500    the same over 500 connections (strangers over the per-source cap)
     impostors        config requests under a real node's name with fresh keys
     watches          job.watch requests from a reader, many client processes
 
@@ -38,6 +40,8 @@ from machine import describe  # bench/ is sys.path[0] when run as a script
 from keys import files
 from keys.fingerprint import key_id, self_key_id
 from keys.identity import b64, generate
+from keys.registry import KeyRegistry
+from keys.states import KeyState
 from pushjobs.api.client import ApiClient
 from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
@@ -46,6 +50,7 @@ from pushjobs.sandbox import Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
 
 TICKS = os.sysconf("SC_CLK_TCK")
+CONNECTIONS = {"enrolment-conns": 50, "enrolment-500": 500}
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
 KINDS = (
     "garbage-api",
@@ -53,6 +58,8 @@ KINDS = (
     "subscriptions",
     "subscriptions-node",
     "enrolment",
+    "enrolment-conns",
+    "enrolment-500",
     "impostors",
     "watches",
 )
@@ -87,7 +94,7 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
     end = time.monotonic() + seconds
     try:
         if kind.startswith("subscriptions"):
-            node = files.load_private(keys / "node-1.key")
+            node = files.load_private(keys / "insider.key")
             socks = []
             for _ in range(20):
                 sock = context.socket(zmq.XSUB)
@@ -102,6 +109,8 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
                     socks[sent % 20].send(b"\x01" + os.urandom(30))
                     sent += 1
             return sent
+        if kind in CONNECTIONS:
+            return _many(context, server, endpoints["api"], keys, end, CONNECTIONS[kind], job_id)
         sock = context.socket(zmq.PUSH if kind == "garbage-reply" else zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -126,6 +135,37 @@ def attack(kind: str, root: str, endpoints: dict[str, str], seconds: float, job_
         return sent
     finally:
         context.destroy(linger=0)
+
+
+def _many(
+    context: zmq.Context[Any], server: str, api: str, keys: Path, end: float, n: int, job_id: str
+) -> int:
+    """Enrolment spam over ``n`` DEALERs, each a stranger's CurveZMQ key: what libzmq
+    queues ahead of the loop is per connection, so this is the costlier attack."""
+    socks = []
+    for _ in range(n):
+        stranger = generate("stranger", "user")
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        _curve(sock, stranger.curve_secret, stranger.public.curve_public, server)
+        sock.connect(api)
+        socks.append(sock)
+    identities = [generate(f"spam-{n}", "node") for n in range(200)]
+    sent = 0
+    while time.monotonic() < end:
+        for sock in socks:
+            for _ in range(20):
+                try:
+                    sock.send_multipart(
+                        _frames("enrolment", keys, identities, sent, job_id), zmq.NOBLOCK
+                    )
+                except zmq.Again:
+                    break
+                sent += 1
+            while sock.poll(0):
+                sock.recv_multipart()
+    return sent
 
 
 _OUTBOXES: dict[str, Outbox] = {}
@@ -165,7 +205,7 @@ def counted(info: dict[str, Any], kind: str) -> int:
         return sum(info["drops"].get("reply", {}).values())
     if kind == "watches":
         return int(info["watches"]["parked"] + info["watches"]["refused"])
-    if kind in ("enrolment", "impostors"):
+    if kind in ("enrolment", *CONNECTIONS, "impostors"):
         return sum(info["drops"].get("api", {}).values()) + int(info["enrolment"]["refused"])
     return sum(info["drops"].get("api", {}).values())
 
@@ -193,6 +233,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pushjobs-hostile-") as tmp:
         sandbox = Sandbox(Path(tmp) / "fleet", interval_s=1.0).prepare()
         with sandbox:
+            insider = generate("insider", "node")  # accepted, and no agent of its own
+            files.save(insider, sandbox.keys_dir)
+            KeyRegistry(sandbox.registry_path).add(insider.public, state=KeyState.ACCEPTED)
             sandbox.start_server()
             sandbox.start_agents()
             if args.simulated:
@@ -210,7 +253,7 @@ def main() -> None:
             pid = sandbox.procs["server"].popen.pid
             endpoints = {"api": sandbox.api, "reply": sandbox.reply, "heartbeat": sandbox.heartbeat}
             header = (
-                f"{'input':<14} {'sent/s':>9} {'counted/s':>10} {'cpu %':>6} "
+                f"{'input':<18} {'sent/s':>9} {'counted/s':>10} {'cpu %':>6} "
                 f"{'rss +MB':>8} {'online':>7} {'offline':>8}  job after"
             )
             print(header)
@@ -227,7 +270,7 @@ def main() -> None:
                 offline = after["transitions"]["offline"] - before["transitions"]["offline"]
                 state = run_job(client, sandbox.nodes)
                 print(
-                    f"{kind:<14} {sent / took:>9.0f} "
+                    f"{kind:<18} {sent / took:>9.0f} "
                     f"{(counted(after, kind) - counted(before, kind)) / took:>10.0f} "
                     f"{cpu:>6.0f} {rss_mb(pid) - rss0:>8.1f} {after['nodes_online']:>7} "
                     f"{offline:>8}  {state}",

@@ -17,12 +17,14 @@ It prints the times, the ratios to DuckDB, how each grows from the smallest to t
 largest size, and checks that the reports agree (availability, outcomes, percentiles).
 
     python bench/pipeline.py [--sizes 1000000,10000000] [--driver-memory 3g] [--no-reference]
+        [--keep DIR] [--event-log DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -73,6 +75,23 @@ def on_spark(
     df = spark_job.load(spark, str(location), since, until)
     report = spark_job.compute(df, since=since, until=until, approx=approx)
     return report, time.monotonic() - started
+
+
+class CpuClock:
+    """CPU seconds of this process and of the Spark JVM (its JIT and GC threads too).
+
+    The machine is shared: when other work runs, wall times stretch by whatever it takes,
+    and the ratio of CPU seconds is the steadier comparison of two engines.
+    """
+
+    def __init__(self, spark: Any) -> None:
+        self.jvm = Path(f"/proc/{spark.sparkContext._jvm.ProcessHandle.current().pid()}/stat")
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def __call__(self) -> float:
+        fields = self.jvm.read_text().rsplit(")", 1)[1].split()
+        own = os.times()
+        return (int(fields[11]) + int(fields[12])) / self.tick + own.user + own.system
 
 
 def bytes_read(location: Path, since: int, until: int) -> float:
@@ -129,8 +148,9 @@ def on_duckdb(location: Path) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
     db = duckdb.connect()
     db.execute(f"""CREATE TEMP TABLE good AS SELECT ts, "offset", kind, job_id, node, state,
-        prev_state, CASE WHEN coalesce(command, '') = '' THEN '(unknown)' ELSE command END
-        AS command FROM read_parquet('{location}/date=*/*.parquet', hive_partitioning=false)
+        prev_state, duration_ms,
+        CASE WHEN coalesce(command, '') = '' THEN '(unknown)' ELSE command END AS command
+        FROM read_parquet('{location}/date=*/*.parquet', hive_partitioning=false)
         WHERE {DUCK_USABLE}""")
     since, last = db.execute("SELECT min(ts), max(ts) FROM good").fetchone()
     until = last + 1
@@ -158,17 +178,22 @@ def on_duckdb(location: Path) -> tuple[dict[str, Any], float]:
             CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked') AND v IS NOT NULL
                    THEN 'commit_to_ack'
                  WHEN prev_state IN ('ready','running') AND n.state IN ('succeeded','failed',
-                   'timed_out','crashed','aborted') AND r IS NOT NULL THEN 'run_to_finish'
+                   'timed_out','crashed','aborted') AND coalesce(duration_ms, ts - r) IS NOT NULL
+                   THEN 'run_to_finish'
             END AS metric,
             greatest(0, CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked')
-                AND v IS NOT NULL THEN ts - v ELSE ts - r END) AS ms
+                AND v IS NOT NULL THEN ts - v ELSE coalesce(duration_ms, ts - r) END) AS ms
         FROM good n LEFT JOIN marks USING (job_id)
         WHERE kind = 'node_state' AND ts >= {since} AND ts < {until}""")
     counts = ", ".join(f"count(*) FILTER (state = '{s}')" for s in metrics.OUTCOMES)
     outcomes = db.execute(f"""SELECT command, node, count(DISTINCT job_id), {counts}
         FROM ns GROUP BY ALL ORDER BY command, node""").fetchall()
-    by_command = db.execute(f"""SELECT command, count(DISTINCT job_id),
-        count(DISTINCT node), {counts} FROM ns GROUP BY ALL ORDER BY command""").fetchall()
+    by_command = db.execute(f"""WITH h AS (SELECT command, count(DISTINCT job_id) AS halted
+            FROM good WHERE kind = 'job_state' AND state = 'halted' AND ts >= {since}
+            AND ts < {until} GROUP BY command)
+        SELECT command, count(DISTINCT job_id), count(DISTINCT node), {counts},
+            coalesce(any_value(h.halted), 0)
+        FROM ns LEFT JOIN h USING (command) GROUP BY command ORDER BY command""").fetchall()
     q = "quantile_cont(ms, [0.5, 0.95, 0.99])"
     latency = db.execute(f"""
         SELECT metric, '{metrics.FLEET}' AS scope, count(*), {q} FROM ns
@@ -209,7 +234,7 @@ def agree_duckdb(a: metrics.Report, d: dict[str, Any]) -> str:
     if [tuple(r.values()) for r in a.outcomes] != [tuple(row) for row in d["outcomes"]]:
         return "outcomes differ"
     if [
-        (r["command"], r["jobs"], r["nodes"], *(r[s] for s in metrics.OUTCOMES))
+        (r["command"], r["jobs"], r["nodes"], *(r[s] for s in metrics.OUTCOMES), r["halted"])
         for r in a.by_command
     ] != [tuple(row) for row in d["by_command"]]:
         return "outcomes per command differ"
@@ -272,11 +297,24 @@ def main() -> None:
     parser.add_argument(
         "--no-reference", action="store_true", help="skip the single-process reference"
     )
+    parser.add_argument(
+        "--event-log",
+        metavar="DIR",
+        help="write Spark's event log here (per query: plan, time, rows, shuffle bytes)",
+    )
     args = parser.parse_args()
     print(describe())
     sizes = [int(s) for s in args.sizes.split(",")]
     started = time.monotonic()
-    settings = ReportSettings(driver_memory=args.driver_memory)
+    extra = {}
+    if args.event_log:
+        Path(args.event_log).mkdir(parents=True, exist_ok=True)
+        extra = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": Path(args.event_log).resolve().as_uri(),
+            "spark.eventLog.compress": "false",
+        }
+    settings = ReportSettings(driver_memory=args.driver_memory, spark=extra)
     spark = spark_session(
         settings, log_file=Path(tempfile.gettempdir()) / "pushjobs-bench-spark.log"
     )
@@ -308,13 +346,19 @@ def main() -> None:
             f"{r['duckdb']:>8.2f} {r['single']:>8.2f} {r['spark'] / r['duckdb']:>12.2f} "
             f"{r['warm'] / r['duckdb']:>11.2f} {r['day']:>8.2f}  {r['verdict']}"
         )
+        print(
+            f"{'':>10} CPU s: spark {r['spark_cpu']:.1f}, duckdb {r['duckdb_cpu']:.1f}, "
+            f"spark/duckdb {r['spark_cpu'] / r['duckdb_cpu']:.2f}"
+        )
     if len(results) > 1:
         a, b = results[0], results[-1]
         print(
             f"growth x{b['count'] / a['count']:.1f} events: spark x{b['spark'] / a['spark']:.2f} "
             f"(warm x{b['warm'] / a['warm']:.2f}), "
             f"duckdb x{b['duckdb'] / a['duckdb']:.2f}, single process "
-            f"x{b['single'] / a['single']:.2f}"
+            f"x{b['single'] / a['single']:.2f}; in CPU s: spark "
+            f"x{b['spark_cpu'] / a['spark_cpu']:.2f}, "
+            f"duckdb x{b['duckdb_cpu'] / a['duckdb_cpu']:.2f}"
         )
 
 
@@ -327,8 +371,14 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
     else:
         count, gen_s = generate(size, root)
     print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
+    cpu = CpuClock(spark)
+    c0 = cpu()
     s_report, s_took = on_spark(spark, root)
-    print(f"  spark:          {s_took:7.2f} s   (exact percentiles; its first report)")
+    s_cpu = cpu() - c0
+    print(
+        f"  spark:          {s_took:7.2f} s   (exact percentiles; its first report; "
+        f"{s_cpu:.1f} CPU s)"
+    )
     _, w_took = on_spark(spark, root)
     print(f"  spark again:    {w_took:7.2f} s   (the same, its code compiled and warm)")
     _, a_took = on_spark(spark, root, approx=True)
@@ -342,8 +392,13 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         f"{100 * bytes_read(root, day, day + demo.DAY_MS):.1f}% of the bytes "
         f"({d_report.events} events in the window)"
     )
+    c0 = cpu()
     duck, k_took = on_duckdb(root)
-    print(f"  duckdb:         {k_took:7.2f} s   spark/duckdb {s_took / k_took:.2f}")
+    k_cpu = cpu() - c0
+    print(
+        f"  duckdb:         {k_took:7.2f} s   spark/duckdb {s_took / k_took:.2f}; "
+        f"{k_cpu:.1f} CPU s, spark/duckdb in CPU {s_cpu / k_cpu:.2f}"
+    )
     verdict = f"spark vs duckdb {agree_duckdb(s_report, duck)}"
     p_took = math.nan
     if not no_reference:
@@ -354,6 +409,8 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
     return {
         "count": count,
         "spark": s_took,
+        "spark_cpu": s_cpu,
+        "duckdb_cpu": k_cpu,
         "warm": w_took,
         "approx": a_took,
         "day": d_took,

@@ -9,12 +9,16 @@ moment then SIGCONT, of the server or of one agent. Then it checks the invariant
 - the job ends (a terminal state) within ``end_within_s``;
 - each (job, node) ran at most once (every command appends to a counter file of its own);
 - a node the job reports ``succeeded`` really ran it (its counter file says so);
-- no process of the job is left once it has ended (none carries its ``PUSHJOBS_JOB_ID``);
+- no process of the job is left 10 s after it has ended (none carries its
+  ``PUSHJOBS_JOB_ID``); a violation says what each one is (its node, age and parent,
+  whether the agent that started it still lives, the node's row) and whether it is gone
+  30 s later, then kills it;
 
 and at the end, every node is back online and a job succeeds on all of them. A violation
 is a line naming the seed, the round and what broke, so a failing schedule can be replayed
-with the same seed. Used by ``tests/e2e/test_chaos.py`` (a few rounds, in CI) and
-``bench/chaos.py`` (minutes to hours).
+with the same seed; ``Narrow`` draws from part of the schedule only (a suspect case in a
+loop). Used by ``tests/e2e/test_chaos.py`` (a few rounds, in CI) and ``bench/chaos.py``
+(minutes to hours).
 """
 
 from __future__ import annotations
@@ -48,6 +52,17 @@ POINTS = ("vote", "run", "finish", "idle")
 FAULTS = ("kill", "pause")
 
 
+@dataclass(frozen=True)
+class Narrow:
+    """The part of the schedule to draw from (all of it by default): a suspect case, run
+    in a loop. ``victims`` are names (``server``, ``node-3``); empty means every one."""
+
+    kinds: tuple[str, ...] = KINDS
+    points: tuple[str, ...] = POINTS
+    faults: tuple[str, ...] = FAULTS
+    victims: tuple[str, ...] = ()
+
+
 @dataclass
 class Report:
     seed: int
@@ -66,8 +81,10 @@ class Chaos:
         agents: int = 5,
         end_within_s: float = 60.0,
         say: Callable[[str], None] = lambda line: None,
+        narrow: Narrow = Narrow(),
     ) -> None:
         self.rng = random.Random(seed)
+        self.narrow = narrow
         self.report = Report(seed)
         self.end_within_s = end_within_s
         self.say = say
@@ -127,9 +144,10 @@ class Chaos:
     def round(self) -> None:
         self.report.rounds += 1
         n = self.report.rounds
-        kind = self.rng.choice(KINDS)
-        point, fault = self.rng.choice(POINTS), self.rng.choice(FAULTS)
-        victim = self.rng.choice(["server", *self.sandbox.nodes])
+        narrow = self.narrow
+        kind = self.rng.choice(narrow.kinds)
+        point, fault = self.rng.choice(narrow.points), self.rng.choice(narrow.faults)
+        victim = self.rng.choice(narrow.victims or ["server", *self.sandbox.nodes])
         targets = self.rng.sample(self.sandbox.nodes, self.rng.randint(1, len(self.sandbox.nodes)))
         label = (
             f"seed {self.report.seed} round {n}: "
@@ -215,7 +233,10 @@ class Chaos:
             self._until(lambda: not self._job_pids(job_id), 10, "no process left")
         except TimeoutError:
             pids = self._job_pids(job_id)
-            self.report.violations.append(f"{label}: processes {pids} of ended job {job_id} left")
+            why = self.leftovers(job_id, pids, job["nodes"])
+            self.report.violations.append(
+                f"{label}: processes {pids} of ended job {job_id} left; {why}"
+            )
 
     def finish(self) -> None:
         """Every node back online, idle and usable: the last invariant."""
@@ -238,6 +259,48 @@ class Chaos:
             ok = job is not None and job["job"]["summary"] == {"succeeded": len(self.sandbox.nodes)}
         if not ok:
             self.report.violations.append(f"seed {self.report.seed} end: a job on all failed")
+
+    # --- diagnosis ----------------------------------------------------------------------
+
+    def leftovers(
+        self, job_id: str, pids: list[int], rows: dict[str, Any], *, later_s: float = 30.0
+    ) -> str:
+        """What each leftover is (its node, age, parent, whether the agent that started it
+        lives, the node's row), and whether it is gone ``later_s`` later; then it is killed,
+        so that it does not weigh on the rounds that follow."""
+        seen = [self._describe(pid, rows) for pid in pids]
+        with contextlib.suppress(TimeoutError):
+            self._until(lambda: not set(pids) & set(self._job_pids(job_id)), later_s, "gone")
+        still = sorted(set(pids) & set(self._job_pids(job_id)))
+        for pid in still:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        later = f"{still} still there {later_s:g} s later (killed)" if still else "gone later"
+        return "; ".join([*seen, later])
+
+    def _describe(self, pid: int, rows: dict[str, Any]) -> str:
+        env = _environ(pid)
+        node = env.get("PUSHJOBS_NODE", "?")
+        stat = _stat(pid)
+        if stat is None:
+            return f"pid {pid} ({node}) gone"
+        state, ppid, pgid, started = stat
+        age = _uptime() - started / os.sysconf("SC_CLK_TCK")
+        cmd = _read(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+        agent = self.sandbox.procs.get(node)
+        owner = _watchdog_parent(env.get("PUSHJOBS_AGENT_TAG", ""))
+        if owner is None:
+            by = "its agent's watchdog gone"
+        elif agent is not None and owner == agent.pid:
+            by = f"started by the current agent (pid {owner})"
+        else:
+            by = f"its agent's watchdog alive, parent {owner} (the current agent is "
+            by += f"{agent.pid if agent is not None else '?'})"
+        row = rows.get(node, {})
+        return (
+            f"pid {pid} on {node}: {cmd!r} state {state}, age {age:.1f} s, parent {ppid},"
+            f" group {pgid}, {by}; {node}'s row {row.get('state')} {row.get('reason')!r}"
+        )
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -292,3 +355,36 @@ class Chaos:
 
     def _count_outcome(self, state: str) -> None:
         self.report.outcomes[state] = self.report.outcomes.get(state, 0) + 1
+
+
+def _read(pid: int | str, name: str) -> bytes:
+    """``/proc/PID/NAME``; empty once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    items = (item.decode(errors="replace") for item in _read(pid, "environ").split(b"\0"))
+    return dict(item.partition("=")[::2] for item in items if item)
+
+
+def _stat(pid: int | str) -> tuple[str, int, int, int] | None:
+    """State, parent, process group and start time (clock ticks after boot) of ``pid``."""
+    fields = _read(pid, "stat").rpartition(b")")[2].split()
+    if not fields:
+        return None
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def _watchdog_parent(tag: str) -> int | None:
+    """The parent of the watchdog started with ``tag`` (its agent, or 1 once it died)."""
+    for pid in (p for p in os.listdir("/proc") if p.isdigit() and tag):
+        if tag.encode() in _read(pid, "cmdline").split(b"\0") and (stat := _stat(pid)):
+            return stat[1]
+    return None

@@ -8,7 +8,7 @@ stayed forever. Here:
 - keys the registry already knows cost nothing (``KeyRegistry.known``, no write);
 - a new key is *queued*, answered at once with the state it will get, and written with
   every other key queued since, in one registry write: at the end of the turn when a
-  node was auto-accepted (its reply-channel ZAP check reads the file), at most once per
+  node was auto-accepted (its reply-channel ZAP check reads the registry), at most once per
   ``FLUSH_EVERY_S`` otherwise;
 - new pending keys are capped in total (``max_pending_keys``, counting the registry's)
   and per network source (``max_pending_per_source``); one over a cap is ``refused``:

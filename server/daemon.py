@@ -56,7 +56,7 @@ from server.backend import ServerBackend
 from server.channels import Channels, advertised, raise_open_files
 from server.commands import CommandSender
 from server.compaction import Compaction
-from server.enrolment import Enrolment, node_key_accepted, node_registered
+from server.enrolment import Enrolment, node_key_accepted, node_registered, registered_nodes
 from server.handlers import ApiHandlers
 from server.handshakes import Handshakes
 from server.intake import BATCH, NodeIntake
@@ -126,8 +126,8 @@ class Server:
             drops=api_drops,
         )
         bound = self.channels.endpoints()
-        # A client or agent holding the wrong server key shows only here (rate-limited).
-        self.handshakes = Handshakes(self.channels.api, "api")
+        caps = self.channels.cap_api(section, zap_registry)  # strangers' API connections
+        self.handshakes = Handshakes(self.channels.api, "api", caps)  # and wrong server keys
         heartbeat_endpoint = advertised(bound["heartbeat"], section.advertise_host)
         self.reply_endpoint = advertised(bound["reply"], section.advertise_host)
         api_endpoint = advertised_api(bound["api"], section.advertise_host)
@@ -170,6 +170,7 @@ class Server:
             liveness=self.liveness,
             server_name=self.name,
             registered=partial(node_registered, registry),
+            known_nodes=partial(registered_nodes, registry),
         )
         # Every server fires the schedules of its partitions; the leader starts their jobs.
         self.scheduler = Scheduler(

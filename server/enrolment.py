@@ -23,11 +23,12 @@ A node heard under a session key that has retired (revoked, or rotated past its 
 is told to rediscover (``stale_contacts``, at most once per ``STALE_PING_S``): that is how
 an agent whose key was rejected and accepted again comes back within seconds.
 
-Revocation runs on the registry's own cadence: when the registry file changed, every
+Revocation runs on the registry's own cadence: when the registry changed, every
 node holding a session whose key is no longer accepted loses its session at once; the
 daemon aborts what it was running and node intake takes it offline.
 
-Killed at any line: the registry file is written by ``KeyRegistry`` (locked, atomic);
+Killed at any line: the registry is written by ``KeyRegistry`` (one atomic write: a
+locked file, or one append to the log);
 sessions die with the process, and every agent rediscovers the next server.
 """
 
@@ -330,3 +331,13 @@ def node_registered(registry: KeyRegistry, name: str) -> bool:
     """Whether ``name`` is a node of this installation (any key state): a job may target it."""
     entry = registry.find(name)
     return entry is not None and entry.kind == "node"
+
+
+def registered_nodes(registry: KeyRegistry) -> list[str]:
+    """The accepted nodes' names: what a glob may mean right after a takeover, before
+    this server has heard them (``Jobs``)."""
+    return [
+        entry.name
+        for entry in registry.entries()
+        if entry.kind == "node" and entry.state is KeyState.ACCEPTED
+    ]

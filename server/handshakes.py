@@ -12,21 +12,39 @@ half: the monitor of one socket, drained into the log when the loop sees it read
 The monitor reports the bound endpoint, not the peer's address: the line names the
 socket, and what a refused peer most likely has wrong.
 
+Given ``ConnectionCaps`` (``server.conncap``), the same monitor (libzmq allows one per
+socket) also counts the socket's open connections per peer address, from
+``EVENT_ACCEPTED`` to ``EVENT_DISCONNECTED`` (both carry the connection's fd; the address
+is read from a duplicate of the fd, which may be closed, or even reused, by then: the
+count stays right, its address may not), and hands the counts to the ZAP thread; its
+refusals (ZAP status 300) are logged by the caps, not as wrong keys.
+
 Killed at any line: only counts are lost; nothing is stored.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from typing import Any
 
 import zmq
 
-from pushjobs.transport.handshake import HandshakeMonitor, HandshakeTally, Refusal
+from pushjobs.transport.handshake import (
+    EVENTS,
+    Event,
+    HandshakeMonitor,
+    HandshakeTally,
+    Refusal,
+)
+from server.conncap import BUSY, ConnectionCaps
 
 log = logging.getLogger("pushjobs.server")
 
 EVERY_S = 10.0
+ACCEPTED = int(zmq.EVENT_ACCEPTED)
+DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 
 
 class RefusalLog:
@@ -67,12 +85,21 @@ class RefusalLog:
 
 
 class Handshakes:
-    """The refused handshakes of ``sock`` (the server's API socket, say), logged."""
+    """The refused handshakes of ``sock`` (the server's API socket, say), logged; and its
+    open connections counted for ``caps``."""
 
-    def __init__(self, sock: zmq.Socket[Any], name: str, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        sock: zmq.Socket[Any],
+        name: str,
+        caps: ConnectionCaps | None = None,
+        every_s: float = EVERY_S,
+    ) -> None:
+        events = EVENTS if caps is None else EVENTS | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
         # Every failure counts here: the server sees each refused attempt exactly once.
-        self.monitor = HandshakeMonitor(sock, HandshakeTally(needed=1))
+        self.monitor = HandshakeMonitor(sock, HandshakeTally(needed=1), events)
         self.log = RefusalLog(name, every_s)
+        self.caps = caps
 
     @property
     def socket(self) -> zmq.Socket[bytes]:
@@ -80,14 +107,34 @@ class Handshakes:
         return self.monitor.socket
 
     def receive(self, now: float) -> None:
-        for refusal in self.monitor.read():
+        caps = self.caps
+        # Read before the drain: every connection admitted until now was accepted before.
+        covers = 0 if caps is None else caps.admitted
+        for refusal in self.monitor.read(None if caps is None else self._count):
+            if refusal.kind == "auth" and refusal.value == BUSY:
+                continue  # the caps' refusal, logged by them
             self._say(self.log.refused(refusal, now))
+        if caps is not None:
+            caps.publish(covers)
+            for line in caps.lines(now):
+                self._say(line)
+
+    def _count(self, event: Event) -> None:
+        assert self.caps is not None  # asked for these events only with caps
+        if event.event == ACCEPTED:
+            self.caps.opened(event.value, peer_address(event.value))
+        elif event.event == DISCONNECTED:
+            self.caps.closed(event.value)
 
     def next_deadline(self) -> float | None:
-        return self.log.due()
+        due = [self.log.due(), None if self.caps is None else self.caps.due()]
+        return min((t for t in due if t is not None), default=None)
 
     def tick(self, now: float) -> None:
         self._say(self.log.flush(now))
+        if self.caps is not None:
+            for line in self.caps.lines(now):
+                self._say(line)
 
     def close(self) -> None:
         """Before the transport closes: its context cannot end while the monitor is open."""
@@ -97,3 +144,25 @@ class Handshakes:
     def _say(line: str | None) -> None:
         if line is not None:
             log.warning("%s", line)
+
+
+def peer_address(fd: int) -> str:
+    """The peer's address of the connected socket ``fd``; "" if it is not one any more.
+
+    Through a duplicate: a socket object made on ``fd`` itself would close it, under libzmq.
+    """
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return ""
+    try:
+        sock = socket.socket(fileno=dup)
+    except OSError:
+        os.close(dup)
+        return ""
+    with sock:
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            return ""
+    return str(peer[0]) if isinstance(peer, tuple) else ""

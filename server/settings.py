@@ -65,6 +65,12 @@ class ServerSection:
     accepted, rejected or deleted (anyone with the server's public key can ask)."""
     max_pending_per_source: int = 100
     """Pending keys one network address may add (a host rarely runs more agents)."""
+    max_api_connections_per_source: int = 32
+    """Open API connections one network address may hold before keys the server does not
+    know are refused from it (accepted keys never are, and count). Each may park ~0.7 MB
+    of requests: 32 strangers flooding from one host grew the server by ~35 MB."""
+    max_api_connections: int = 256
+    """Open API connections in all before keys the server does not know are refused."""
     config_lifetime_s: float = 3600.0
     """How long a node's config (and its session key) lasts before it asks again."""
     leader_session_s: float = 5.0
@@ -103,6 +109,9 @@ class ServerSection:
             yield "max_pending_keys", "must be at least 1"
         if self.max_pending_per_source < 1:
             yield "max_pending_per_source", "must be at least 1"
+        for cap in ("max_api_connections_per_source", "max_api_connections"):
+            if getattr(self, cap) < 1:
+                yield cap, "must be at least 1"
         try:
             parse_bind(self.metrics_bind)
         except ConfigError as exc:

@@ -44,10 +44,10 @@ from pushjobs.log.kafka_client import load, translate_exception
 from pushjobs.log.kafka_member import (
     PARTITION,
     GroupProtocol,
-    close_consumer,
     confirmed_by_coordinator,
     generation_of,
     group_overrides,
+    leave_group,
 )
 
 if TYPE_CHECKING:
@@ -160,9 +160,10 @@ class KafkaShare:
         if not self.is_open:
             return
         self.is_open = False
+        box, self.consumer = [self.consumer], None
+        leave_group(self._ck, box, f"group {self.group} member {self._member_id}")
         self.epochs.clear()
         self._held.clear()
-        close_consumer(self._ck, self.consumer, f"group {self.group} member {self._member_id}")
         self._log.forget_member(self)
 
     def _fence_group(self, topic: str) -> str:

@@ -36,20 +36,22 @@ written yet. It confirms its membership with the coordinator first, then serves 
 callbacks again (a loss the confirmation's round trip let arrive), before it answers with
 its epoch. Without this, a server stopped just past the broker's session resumed as
 leader for up to a lease, beside its successor.
+
+Leaving (``close``) never goes through librdkafka's consumer close, which froze the whole
+process when it served an assignment that had arrived since the last poll; ``kafka_close``
+says why and how the member leaves instead.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from pushjobs.errors import BackendUnavailable, FencedError
 from pushjobs.log.base import Fence, NamedMember
 from pushjobs.log.kafka_client import error_name, load, translate, translate_exception
-
-CLOSE_WAIT_S = 10.0
+from pushjobs.log.kafka_close import destroy_detached, drain_and_unsubscribe
 
 if TYPE_CHECKING:
     from pushjobs.log.kafka import KafkaLog
@@ -124,30 +126,12 @@ def generation_of(ck: Any, consumer: Any) -> int:
     return int.from_bytes(raw[start : start + 4], sys.byteorder, signed=True)
 
 
-def close_consumer(ck: Any, consumer: Any, name: str) -> None:
-    """Leave the group, so the partitions go to the others without a session timeout.
-
-    librdkafka's close can block for good (seen on the mock cluster with the classic
-    protocol, waiting on a final rebalance): it gets a bounded wait on a thread of its
-    own, after which the broker's session timeout removes the member.
-    """
-
-    def close() -> None:
-        try:
-            consumer.close()
-        except (ck.KafkaException, RuntimeError) as exc:
-            log.info("%s: close: %s", name, exc)
-
-    closer = threading.Thread(target=close, daemon=True)
-    closer.start()
-    closer.join(CLOSE_WAIT_S)
-    if closer.is_alive():
-        log.warning(
-            "%s: close did not finish within %g s; the broker's session timeout will end "
-            "the membership",
-            name,
-            CLOSE_WAIT_S,
-        )
+def leave_group(ck: Any, box: list[Any], name: str) -> None:
+    """Leave the group without librdkafka's close, which can freeze the whole process
+    (``kafka_close``): unsubscribe and serve what follows while the group is alive, then
+    destroy the consumer ``box`` holds (its only reference) on a thread of its own."""
+    drain_and_unsubscribe(ck, box[0], name)
+    destroy_detached(box, name)
 
 
 class KafkaGroupMember(NamedMember):
@@ -235,8 +219,9 @@ class KafkaGroupMember(NamedMember):
             return
         self.is_open = False
         self.epoch = None
+        box, self.consumer = [self.consumer], None
+        leave_group(self._ck, box, f"group {self.group} member {self._member_id}")
         self._held.clear()
-        close_consumer(self._ck, self.consumer, f"group {self.group} member {self._member_id}")
         self._log.forget_member(self)
 
     def holding(self, fence: Fence) -> bool | None:

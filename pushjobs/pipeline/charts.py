@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pushjobs.pipeline.metrics import FAILURES, Report
+from pushjobs.pipeline.metrics import ANSWERED, FAILURES, Report
 from pushjobs.pipeline.output import pct_text
 
 TOP = 30  # nodes on the per-node charts; the tables have all of them
@@ -110,7 +110,7 @@ def _failure_rates(report: Report) -> Any:
         return None
 
     def pct(r: dict[str, Any], k: str) -> float:
-        ran = sum(r[x] for x in (*FAILURES, "succeeded", "nacked"))
+        ran = sum(r[x] for x in ANSWERED)
         return 100.0 * r[k] / ran if ran else 0.0
 
     rows = sorted(rows, key=lambda r: -sum(pct(r, k) for k in FAILURES))

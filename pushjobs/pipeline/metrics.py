@@ -10,8 +10,14 @@ cannot be used (no ``ts``, an unknown ``kind``, a ``node_state`` without job or 
 Availability, flaps, outages and server downtime: see ``liveness.py``.
 
 Per command and node (``node_state`` events in the window): ``jobs`` = distinct jobs,
-then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``. A
-missing or empty command is ``(unknown)``.
+then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``,
+``aborted`` (the node let its commit go, or the job was aborted under it) and ``skipped``
+(a rolling-batch job halted before the node's turn: it never ran). A node still
+``waiting`` its turn, or running, when the window ends counts in ``jobs`` only. Per
+command also ``halted``: its jobs that ended ``halted`` in the window (a batch job that
+stopped starting nodes once its failure budget was spent). Failure rates are of the
+nodes that answered (every outcome but ``skipped``). A missing or empty command is
+``(unknown)``.
 
 Latencies (``node_state`` events in the window, against the job's ``job_state`` events
 from the UTC day before the window's first day on: a job older than that is not matched,
@@ -19,9 +25,11 @@ which lets a report read only the days it needs):
 
 - ``commit_to_ack``: from the job entering ``voting`` (commits sent) to a node's vote,
   ``new`` -> ``ready`` or ``nacked``;
-- ``run_to_finish``: from the job entering ``running`` (runs sent) to a node's end,
-  ``ready``/``running`` -> ``succeeded``, ``failed``, ``timed_out``, ``crashed`` or
-  ``aborted``.
+- ``run_to_finish``: a node's own run, to its end ``ready``/``running`` ->
+  ``succeeded``, ``failed``, ``timed_out``, ``crashed`` or ``aborted``: the end event's
+  ``duration_ms``, which the server measures from the job's runs, or for a rolling-batch
+  job's node from its turn (so the time it waited for its turn is not latency); for an
+  end event without it (older archives), from the job entering ``running``.
 
 Percentiles interpolate linearly between the closest ranks (position ``q * (n - 1)``
 in sorted order), as Spark's exact ``percentile`` does.
@@ -49,7 +57,9 @@ from pushjobs.pipeline import liveness
 from pushjobs.pipeline.events import KINDS
 from pushjobs.pipeline.liveness import OFFLINE, ONLINE
 
-OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "nacked")
+OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "nacked", "aborted", "skipped")
+ANSWERED = OUTCOMES[:-1]  # every outcome but skipped: the base of failure rates
+HALTED = "halted"
 RUN_ENDS = ("succeeded", "failed", "timed_out", "crashed", "aborted")
 QUANTILES = (0.5, 0.95, 0.99)
 BOX_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)  # latency_by_command: boxes and whiskers
@@ -124,6 +134,7 @@ class Event(NamedTuple):
     state: str
     prev: str
     cmd: str
+    took: int | None  # duration_ms: a node's own run, on its end event
 
 
 DAY_MS = 86_400_000
@@ -163,6 +174,7 @@ def compute(
                 intern(v := row.get("state") or "", v),
                 intern(v := row.get("prev_state") or "", v),
                 intern(v := row.get("command") or UNKNOWN_COMMAND, v),
+                v if type(v := row.get("duration_ms")) is int else None,
             )
         )
     good.sort()
@@ -202,6 +214,10 @@ def _outcomes(
         jobs[key].add(r.job)
         if r.state in OUTCOMES:
             counts[key][r.state] += 1
+    halted: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        if r.kind == "job_state" and r.state == HALTED and since <= r.ts < until:
+            halted[r.cmd].add(r.job)
     table: list[dict[str, Any]] = [
         {"command": c, "node": n, "jobs": len(jobs[(c, n)]), **counts[(c, n)]}
         for c, n in sorted(jobs)
@@ -219,7 +235,8 @@ def _outcomes(
         for name in OUTCOMES:
             agg[name] += row[name]
     by_command = [
-        {"command": c, "jobs": len(command_jobs[c]), **per_command[c]} for c in sorted(per_command)
+        {"command": c, "jobs": len(command_jobs[c]), **per_command[c], HALTED: len(halted[c])}
+        for c in sorted(per_command)
     ]
     return table, by_command
 
@@ -246,8 +263,13 @@ def _latencies(
         if prev == "new" and state in ("ready", "nacked") and job in voting:
             samples["commit_to_ack"][r.node].append(max(0, ts - voting[job]))
             votes[r.cmd].append(max(0, ts - voting[job]))
-        elif prev in ("ready", "running") and state in RUN_ENDS and job in running:
-            took = max(0, ts - running[job])
+        elif prev in ("ready", "running") and state in RUN_ENDS:
+            if r.took is not None:
+                took = max(0, r.took)
+            elif job in running:
+                took = max(0, ts - running[job])
+            else:
+                continue
             samples["run_to_finish"][r.node].append(took)
             runs[(r.cmd, r.node)].append(took)
     samples[VOTES_BY_COMMAND] = votes
@@ -323,10 +345,10 @@ def _stragglers(
 
 
 def _outcomes_by_day(rows: list[Event], since: int, until: int) -> list[dict[str, Any]]:
-    """Per UTC day and command: node outcomes, and how many were failures."""
+    """Per UTC day and command: node outcomes (but skipped), and how many were failures."""
     counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     for r in rows:
-        if r.kind == "node_state" and since <= r.ts < until and r.state in OUTCOMES:
+        if r.kind == "node_state" and since <= r.ts < until and r.state in ANSWERED:
             c = counts[(r.ts - r.ts % DAY_MS, r.cmd)]
             c[0] += 1
             c[1] += r.state in FAILURES

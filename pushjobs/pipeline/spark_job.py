@@ -4,40 +4,41 @@ Every definition is the one ``metrics.py`` (and ``liveness.py``) documents; test
 both to the same hand-computed answers. Only small results (one row per node, per
 command, per node and metric) come back to the driver.
 
-The plan, one pass per table family (measured on 10M events, 2 cores: see
-bench/pipeline.py): one aggregate over the input for the counts and the default window;
-the liveness events (few) cached for availability; the ``node_state`` events of the
-window joined with their job's marks (a broadcast: one small row per job), then
+The plan, one pass per table family (measured on 10M events, 2 cores, with the event
+log's SQL metrics: see bench/pipeline.py --event-log): one aggregate over the input for
+the counts and the default window; the liveness events (few) cached for availability;
+the ``node_state`` events of the window joined with their job's marks (a broadcast: one
+small row per job), then
 
 - one aggregation with grouping sets for every outcome table (per command and node, per
-  command, per day and command);
-- one aggregation to (metric, command, node, value, count), cached: every percentile
-  table is taken from it, each distinct value weighed by its count. Spark's exact
-  ``percentile`` keeps a map of values per group; feeding it counted values instead of
-  raw samples made it several times faster, and exact.
+  command, per day and command), and one small one over job events for halted jobs;
+- one aggregation to (metric, command, node, value, count), cached, from which every
+  percentile table is taken (``spark_latency.py``).
 
-Caching the joined events themselves cost more than reading the Parquet again.
+Where the time goes at 10M events: the two large aggregations (outcomes: 28M expanded
+rows into 3.5M groups; value counts: 6.2M samples into 2.5M groups) are most of it; the
+percentiles over the cached counts come next. Caching the joined events themselves cost
+more than reading the Parquet again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pushjobs.pipeline import events, spark_liveness
+from pushjobs.pipeline import events, spark_latency, spark_liveness
 from pushjobs.pipeline.metrics import (
-    BOX_QUANTILES,
+    ANSWERED,
     DEFAULT_GAP_MS,
     DEFAULT_MIN_SAMPLES,
     FAILURES,
-    FLEET,
-    METRICS,
+    HALTED,
     OUTCOMES,
-    QUANTILES,
     RUN_ENDS,
     UNKNOWN_COMMAND,
     Report,
     marks_from,
 )
+from pushjobs.pipeline.spark_latency import RUN, VOTE
 
 APPROX_BOUND = "0.5 %"
 """With ``approx``: every percentile within 0.5 % of the exact one (values rounded to
@@ -168,11 +169,14 @@ def compute(
         live.unpersist()
     states = _node_states(F, good, since, until)
     report.outcomes, report.by_command, report.outcomes_by_day = _outcomes(F, states)
-    values = _value_counts(F, states, approx).cache()
+    halted = _halted(F, good, since, until)
+    for row in report.by_command:
+        row[HALTED] = halted.get(row["command"], 0)
+    values = spark_latency.value_counts(F, states, approx).cache()
     try:
-        report.latency = _latency(F, values)
-        report.latency_by_command = _latency_by_command(F, values)
-        report.stragglers = _stragglers(
+        report.latency = spark_latency.latency(F, values)
+        report.latency_by_command = spark_latency.latency_by_command(F, values)
+        report.stragglers = spark_latency.stragglers(
             F,
             values,
             report.latency_by_command,
@@ -196,23 +200,39 @@ def _node_states(F: Any, good: Any, since: int, until: int) -> Any:
         )
     )
     states = good.where((F.col("kind") == "node_state") & (ts >= since) & (ts < until)).select(
-        "job_id", "node", "command", "state", "prev_state", "ts"
+        "job_id", "node", "command", "state", "prev_state", "ts", "duration_ms"
     )
     joined = states.join(F.broadcast(marks), "job_id", "left")
     prev, state = F.col("prev_state"), F.col("state")
     vote = (prev == "new") & state.isin("ready", "nacked") & F.col("voting_ts").isNotNull()
-    end = prev.isin("ready", "running") & state.isin(*RUN_ENDS) & F.col("running_ts").isNotNull()
+    took = F.coalesce(F.col("duration_ms"), ts - F.col("running_ts"))
+    end = prev.isin("ready", "running") & state.isin(*RUN_ENDS) & took.isNotNull()
     return joined.select(
         "job_id",
         "node",
         "command",
         "state",
         (ts - ts % 86_400_000).alias("day"),
-        F.when(vote, F.lit("commit_to_ack")).when(end, F.lit("run_to_finish")).alias("metric"),
-        F.greatest(
-            F.lit(0), F.when(vote, ts - F.col("voting_ts")).otherwise(ts - F.col("running_ts"))
-        ).alias("ms"),
+        F.when(vote, F.lit(VOTE).cast("byte")).when(end, F.lit(RUN).cast("byte")).alias("metric"),
+        F.greatest(F.lit(0), F.when(vote, ts - F.col("voting_ts")).otherwise(took)).alias("ms"),
     )
+
+
+def _halted(F: Any, good: Any, since: int, until: int) -> dict[str, int]:
+    """Per command, its jobs that ended ``halted`` in the window (job events only: few)."""
+    ts = F.col("ts")
+    rows = (
+        good.where(
+            (F.col("kind") == "job_state")
+            & (F.col("state") == HALTED)
+            & (ts >= since)
+            & (ts < until)
+        )
+        .groupBy("command")
+        .agg(F.countDistinct("job_id").alias("jobs"))
+        .collect()
+    )
+    return {r["command"]: int(r["jobs"]) for r in rows}
 
 
 def _outcomes(
@@ -256,100 +276,12 @@ def _outcomes(
         {
             "day": day_name(r["day"]),
             "command": r["command"],
-            "outcomes": sum(int(r[s]) for s in OUTCOMES),
+            "outcomes": sum(int(r[s]) for s in ANSWERED),
             "failures": sum(int(r[s]) for s in FAILURES),
         }
         for r in sorted(
             (r for r in rows if r["set"] == 0b010), key=lambda r: (r["day"], r["command"])
         )
-        if sum(r[s] for s in OUTCOMES)
+        if sum(r[s] for s in ANSWERED)
     ]
     return table, [by_command[c] for c in sorted(by_command)], by_day
-
-
-def _value_counts(F: Any, states: Any, approx: bool) -> Any:
-    """Latency samples as (metric, command, node, ms, cnt): each distinct value once.
-
-    Exact percentiles weigh each value by its count, which is the same answer as the
-    samples themselves at a fraction of the work. With ``approx`` values are rounded to
-    three significant digits first (fewer distinct values): each value, and so each
-    percentile, moves by at most 0.5 %.
-    """
-    ms = F.col("ms")
-    if approx:
-        scale = F.pow(F.lit(10.0), F.floor(F.log10(ms)) - 2)
-        ms = F.when(ms >= 1000, (F.round(ms / scale) * scale).cast("long")).otherwise(ms)
-    return (
-        states.where(F.col("metric").isNotNull())
-        .groupBy("metric", "command", "node", ms.alias("ms"))
-        .agg(F.count(F.lit(1)).alias("cnt"))
-    )
-
-
-def _quantiles(F: Any, qs: tuple[float, ...]) -> Any:
-    # Exact, interpolating at q * (n - 1) like metrics.percentile, each value weighed by
-    # how many samples had it.
-    values = ", ".join(str(q) for q in qs)
-    return F.expr(f"percentile(ms, array({values}), cnt)").alias("q")
-
-
-def _latency(F: Any, values: Any) -> list[dict[str, Any]]:
-    q = _quantiles(F, QUANTILES)
-    fleet = values.groupBy("metric").agg(F.sum("cnt").alias("count"), q).collect()
-    nodes = values.groupBy("metric", "node").agg(F.sum("cnt").alias("count"), q).collect()
-    by_metric: dict[str, list[dict[str, Any]]] = {m: [] for m in METRICS}
-    for r in fleet:
-        by_metric[r["metric"]].insert(0, _lat_row(r["metric"], FLEET, r["count"], r["q"]))
-    for r in sorted(nodes, key=lambda r: r["node"]):
-        by_metric[r["metric"]].append(_lat_row(r["metric"], r["node"], r["count"], r["q"]))
-    return [row for m in METRICS for row in by_metric[m]]
-
-
-def _lat_row(metric: str, scope: str, count: int, q: list[float]) -> dict[str, Any]:
-    return {"metric": metric, "scope": scope, "count": int(count)} | {
-        f"p{round(x * 100)}": float(v) for x, v in zip(QUANTILES, q, strict=True)
-    }
-
-
-def _latency_by_command(F: Any, values: Any) -> list[dict[str, Any]]:
-    q = _quantiles(F, BOX_QUANTILES)
-    rows = values.groupBy("metric", "command").agg(F.sum("cnt").alias("count"), q).collect()
-    return [
-        {"metric": r["metric"], "command": r["command"], "count": int(r["count"])}
-        | {f"p{round(x * 100)}": float(v) for x, v in zip(BOX_QUANTILES, r["q"], strict=True)}
-        for r in sorted(rows, key=lambda r: (r["metric"], r["command"]))
-    ]
-
-
-def _stragglers(
-    F: Any,
-    values: Any,
-    by_command: list[dict[str, Any]],
-    *,
-    factor: float,
-    min_samples: int,
-) -> list[dict[str, Any]]:
-    medians = {r["command"]: r["p50"] for r in by_command if r["metric"] == "run_to_finish"}
-    rows = (
-        values.where(F.col("metric") == "run_to_finish")
-        .groupBy("command", "node")
-        .agg(F.sum("cnt").alias("runs"), _quantiles(F, (0.5, 0.95)))
-        .where(F.col("runs") >= min_samples)
-        .collect()
-    )
-    out = []
-    for r in sorted(rows, key=lambda r: (r["node"], r["command"])):
-        p50, median = float(r["q"][0]), medians[r["command"]]
-        if p50 > factor * median:
-            out.append(
-                {
-                    "node": r["node"],
-                    "command": r["command"],
-                    "runs": int(r["runs"]),
-                    "run_p50_ms": p50,
-                    "run_p95_ms": float(r["q"][1]),
-                    "command_median_ms": median,
-                    "ratio": p50 / median if median else None,
-                }
-            )
-    return out

@@ -23,6 +23,7 @@ Nothing here is stored: killed at any line, the monitor dies with the process.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,18 +125,23 @@ class HandshakeTally:
 
 
 class HandshakeMonitor:
-    """The handshakes of ``sock``, read from its monitor socket without blocking."""
+    """The handshakes of ``sock``, read from its monitor socket without blocking.
 
-    def __init__(self, sock: zmq.Socket[Any], tally: HandshakeTally | None = None) -> None:
+    ``events`` may ask for more than the handshakes (libzmq allows one monitor per
+    socket); ``read`` hands every event to ``each`` when given."""
+
+    def __init__(
+        self, sock: zmq.Socket[Any], tally: HandshakeTally | None = None, events: int = EVENTS
+    ) -> None:
         self.tally = tally if tally is not None else HandshakeTally()
         self._watched = sock
         try:
-            self.socket: zmq.Socket[bytes] = sock.get_monitor_socket(EVENTS)
+            self.socket: zmq.Socket[bytes] = sock.get_monitor_socket(events)
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot monitor the socket: {exc}") from exc
         self.socket.setsockopt(zmq.LINGER, 0)
 
-    def read(self) -> list[Refusal]:
+    def read(self, each: Callable[[Event], None] | None = None) -> list[Refusal]:
         """The failed handshakes reported since the last read (the tally sees each)."""
         seen: list[Refusal] = []
         while True:
@@ -146,6 +152,8 @@ class HandshakeMonitor:
             except zmq.ZMQError:
                 return seen  # the monitored socket is gone: nothing more to learn
             event = parse(frames)
+            if event is not None and each is not None:
+                each(event)
             failure = None if event is None else self.tally.see(event)
             if failure is not None:
                 seen.append(failure)

@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from pushjobs.errors import TransportError
-from pushjobs.transport.zap import ZapHandler
+from pushjobs.transport.zap import PeerCheck, ZapHandler, by_key
 
 KINDS = {
     "pub": zmq.PUB,
@@ -63,20 +63,28 @@ class Transport:
         bind: str | None = None,
         connect: str | tuple[str, ...] = (),
         hwm: int = 1000,
+        rcvhwm: int | None = None,
         curve_server: CurveKeys | None = None,
         allowed_clients: Callable[[str], bool] | None = None,
+        allowed_peers: PeerCheck | None = None,
         curve_client: CurveKeys | None = None,
         server_public: str | None = None,
         subscribe: bytes | None = b"",
         identity: bytes | None = None,
         max_message_bytes: int | None = None,
+        handshake_ms: int | None = None,
     ) -> zmq.Socket[bytes]:
         """A configured socket, bound and/or connected.
 
         ``curve_server`` makes it a CurveZMQ server; with ``allowed_clients`` only clients
-        whose public key passes the check get through (ZAP). ``curve_client`` with
+        whose public key passes the check get through (ZAP); ``allowed_peers`` instead
+        also sees each client's network address and answers a ZAP status (200 admits,
+        300 refuses for now, anything else refuses). ``curve_client`` with
         ``server_public`` makes it a CurveZMQ client of that server. ``max_message_bytes``
-        overrides the transport's frame limit for this socket.
+        overrides the transport's frame limit for this socket. ``rcvhwm`` (default ``hwm``)
+        bounds what libzmq queues per peer before the application reads it.
+        ``handshake_ms`` (default libzmq's 30 s) is how long a connection may take to
+        finish its handshake before libzmq closes it.
         """
         try:
             sock: zmq.Socket[bytes] = self.context.socket(KINDS[kind])
@@ -86,14 +94,18 @@ class Transport:
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, hwm)
-            sock.setsockopt(zmq.RCVHWM, hwm)
+            sock.setsockopt(zmq.RCVHWM, hwm if rcvhwm is None else rcvhwm)
             limit = self.max_message_bytes if max_message_bytes is None else max_message_bytes
             sock.setsockopt(zmq.MAXMSGSIZE, limit)
             if identity is not None:
                 sock.setsockopt(zmq.IDENTITY, identity)
+            if handshake_ms is not None:  # before bind: a listener copies the options
+                sock.setsockopt(zmq.HANDSHAKE_IVL, handshake_ms)
             if curve_server is not None:
                 if allowed_clients is not None:
-                    domain = self._allow(allowed_clients)
+                    allowed_peers = by_key(allowed_clients)
+                if allowed_peers is not None:
+                    domain = self._allow(allowed_peers)
                     sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
                 sock.curve_secretkey = curve_server.secret.encode("ascii")
                 sock.curve_publickey = curve_server.public.encode("ascii")
@@ -116,7 +128,7 @@ class Transport:
             raise TransportError(f"cannot set up the {kind} socket{where}: {exc}") from exc
         return sock
 
-    def _allow(self, allowed: Callable[[str], bool]) -> str:
+    def _allow(self, allowed: PeerCheck) -> str:
         if self._auth is None:
             try:
                 self._auth = ZapHandler(self.context)
@@ -124,7 +136,7 @@ class Transport:
                 raise TransportError(f"cannot start the ZAP handler: {exc}") from exc
         self._domains += 1
         domain = f"pushjobs-{self._domains}"
-        self._auth.allow(domain, allowed)
+        self._auth.allow_peers(domain, allowed)
         return domain
 
     def _discard(self, sock: zmq.Socket[Any]) -> None:

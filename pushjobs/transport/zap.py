@@ -3,8 +3,10 @@
 libzmq asks ``inproc://zeromq.zap.01`` whether each CurveZMQ client may connect. pyzmq's
 ``ThreadAuthenticator`` answers by running an asyncio loop, and importing asyncio (ssl
 with it) cost every agent ~9 MiB of its ~40 MiB. This handler does only what pushjobs
-asks of ZAP: CURVE, one check of the client's public key per domain. Anything else (a
-NULL or PLAIN client, an unknown domain, a malformed request) is refused.
+asks of ZAP: CURVE, one check per domain of the client's public key (``allow``) or of
+the key and the peer's network address (``allow_peers``: a cap on connections per
+source). Anything else (a NULL or PLAIN client, an unknown domain, a malformed request)
+is refused.
 
 ``decide`` is the whole policy and is pure; the thread only moves frames.
 """
@@ -20,10 +22,20 @@ import zmq.utils.z85
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_VERSION = b"1.0"
 CURVE_KEY_BYTES = 32
+OK, BUSY, DENIED = 200, 300, 400  # ZAP status codes; 300 is a temporary failure
+
+PeerCheck = Callable[[str, str], int]
+"""The ZAP status for a client key (Z85) connecting from a peer address."""
 
 
-def decide(request: list[bytes], checks: Mapping[bytes, Callable[[str], bool]]) -> list[bytes]:
-    """The ZAP reply to one request: 200 if its domain's check admits the client's key."""
+def by_key(check: Callable[[str], bool]) -> PeerCheck:
+    """A check of the key alone, as a ``PeerCheck``."""
+    return lambda key, address: OK if check(key) else DENIED
+
+
+def decide(request: list[bytes], checks: Mapping[bytes, PeerCheck]) -> list[bytes]:
+    """The ZAP reply to one request: 200 if its domain's check admits the client's key
+    from its address; 300 if it refuses it for now; 400 otherwise."""
     request_id = request[1] if len(request) > 1 else b""
 
     def reply(status: bytes, text: bytes, user: bytes = b"") -> list[bytes]:
@@ -31,7 +43,7 @@ def decide(request: list[bytes], checks: Mapping[bytes, Callable[[str], bool]]) 
 
     if len(request) < 6 or request[0] != ZAP_VERSION:
         return reply(b"500", b"malformed ZAP request")
-    domain, mechanism, credentials = request[2], request[5], request[6:]
+    domain, address, mechanism, credentials = request[2], request[3], request[5], request[6:]
     if mechanism != b"CURVE" or len(credentials) != 1 or len(credentials[0]) != CURVE_KEY_BYTES:
         return reply(b"400", b"CURVE only")
     check = checks.get(domain)
@@ -39,20 +51,23 @@ def decide(request: list[bytes], checks: Mapping[bytes, Callable[[str], bool]]) 
         return reply(b"400", b"unknown domain")
     key = zmq.utils.z85.encode(credentials[0])
     try:
-        allowed = check(key.decode("ascii"))
+        status = check(key.decode("ascii"), address.decode("ascii", errors="replace"))
     except Exception:  # a failing check refuses; it must never stop the handler
-        allowed = False
-    if not allowed:
-        return reply(b"400", b"key not allowed")
-    return reply(b"200", b"OK", key)
+        status = DENIED
+    if status == OK:
+        return reply(b"200", b"OK", key)
+    if status == BUSY:
+        return reply(b"300", b"too many connections")
+    return reply(b"400", b"key not allowed")
 
 
 class ZapHandler:
-    """Answers ZAP for one context until ``stop()``; ``allow`` adds a domain at any time."""
+    """Answers ZAP for one context until ``stop()``; ``allow`` and ``allow_peers`` add a
+    domain at any time."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
         self.context = context
-        self._checks: dict[bytes, Callable[[str], bool]] = {}
+        self._checks: dict[bytes, PeerCheck] = {}
         self._stop_endpoint = f"inproc://pushjobs-zap-stop-{id(self)}"
         self._ready = threading.Event()
         self._failed: BaseException | None = None
@@ -63,6 +78,9 @@ class ZapHandler:
             raise self._failed
 
     def allow(self, domain: str, check: Callable[[str], bool]) -> None:
+        self.allow_peers(domain, by_key(check))
+
+    def allow_peers(self, domain: str, check: PeerCheck) -> None:
         # Replaced whole, never mutated: the thread reads either the old mapping or the new.
         self._checks = {**self._checks, domain.encode(): check}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,12 @@ from tests.support import wait_until
 
 def alive(proc: subprocess.Popen[bytes]) -> bool:
     return proc.poll() is None
+
+
+def agent_dies(reaper: Reaper) -> None:
+    """What the kernel does to the pipe when the agent dies, however it dies."""
+    assert reaper._proc.stdin is not None
+    reaper._proc.stdin.close()
 
 
 @pytest.fixture
@@ -34,25 +41,26 @@ def groups():
 
 def test_when_the_agent_is_gone_registered_groups_die_and_released_ones_live(groups) -> None:
     kept, released = groups
-    reaper = Reaper()
+    reaper = Reaper(look_for_s=0.5)
     reaper.watch(kept.pid)
     reaper.watch(released.pid)
     reaper.release(released.pid)
-    reaper.close()  # what the kernel does to the pipe when the agent dies, however it dies
+    agent_dies(reaper)
     wait_until(lambda: not alive(kept), timeout_s=5)
     assert alive(released)
-    assert reaper._proc.returncode == 0  # the watchdog exited after its work
+    assert reaper._proc.wait(timeout=10) == 0  # the watchdog exited after its work
 
 
 def test_a_job_spawned_before_it_was_registered_is_killed_by_its_tag() -> None:
-    reaper = Reaper()
+    reaper = Reaper(look_for_s=0.5)
     env = {**os.environ, TAG_VARIABLE: reaper.tag}
     other = {**os.environ, TAG_VARIABLE: "another-agent"}
     tagged = subprocess.Popen(["sleep", "60"], start_new_session=True, env=env)
     foreign = subprocess.Popen(["sleep", "60"], start_new_session=True, env=other)
     try:
-        reaper.close()  # the agent died between the spawn and its "+PGID" line
+        agent_dies(reaper)  # between the spawn and its "+PGID" line
         wait_until(lambda: not alive(tagged), timeout_s=5)
+        assert reaper._proc.wait(timeout=10) == 0
         assert alive(foreign)  # another agent's job is not this watchdog's business
     finally:
         for proc in (tagged, foreign):
@@ -60,14 +68,57 @@ def test_a_job_spawned_before_it_was_registered_is_killed_by_its_tag() -> None:
             proc.wait()
 
 
+# A job forked in the instant the agent died: its environment is still the agent's (no tag)
+# when the watchdog first looks, and the tag appears only once its slow exec is done.
+SLOW_EXEC = """
+import os, sys, time
+os.read(0, 1)
+os.close(int(sys.argv[1]))
+time.sleep(0.5)
+os.execvpe("sleep", ["sleep", "60"], {**os.environ, "PUSHJOBS_AGENT_TAG": sys.argv[2]})
+"""
+
+
+def test_a_job_forked_as_the_agent_died_is_killed_once_its_exec_shows_the_tag() -> None:
+    reaper = Reaper()
+    assert reaper._proc.stdin is not None
+    pipe = reaper._proc.stdin.fileno()
+    forked = subprocess.Popen(
+        [sys.executable, "-c", SLOW_EXEC, str(pipe), reaper.tag],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=(pipe,),
+    )
+    try:
+        agent_dies(reaper)  # its fork still holds the pipe
+        assert forked.stdin is not None
+        forked.stdin.write(b"x")  # the fork goes on: closes the pipe, then execs slowly
+        forked.stdin.close()
+        wait_until(lambda: not alive(forked), timeout_s=15)
+        assert forked.returncode == -9  # by the watchdog, through the tag only its exec gave
+    finally:
+        forked.kill()
+        forked.wait()
+        reaper._proc.wait()
+
+
+def test_a_clean_stop_still_kills_what_is_registered_but_does_not_keep_looking(groups) -> None:
+    reaper = Reaper(look_for_s=60)
+    reaper.watch(groups[0].pid)
+    reaper.close()  # waits at most 5 s for the watchdog
+    assert reaper._proc.returncode == 0
+    wait_until(lambda: not alive(groups[0]), timeout_s=5)
+
+
 def test_garbage_on_the_pipe_changes_nothing(groups) -> None:
     first, second = groups
-    reaper = Reaper()
+    reaper = Reaper(look_for_s=0.5)
     reaper._tell(b"+\n-x\nhello\n+-3\n")
     reaper.watch(first.pid)
     reaper._tell(b"+%d" % second.pid)  # an incomplete line when the agent died: ignored
-    reaper.close()
+    agent_dies(reaper)
     wait_until(lambda: not alive(first), timeout_s=5)
+    assert reaper._proc.wait(timeout=10) == 0
     assert alive(second)
 
 

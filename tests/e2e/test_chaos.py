@@ -8,11 +8,13 @@ runs the same for as long as you like.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from pushjobs.chaos import Chaos
+from tests.support import wait_until
 
 SEEDS = [int(os.environ["PUSHJOBS_CHAOS_SEED"])] if "PUSHJOBS_CHAOS_SEED" in os.environ else [1, 2]
 ROUNDS = 6
@@ -29,3 +31,29 @@ def test_jobs_survive_killed_and_paused_processes(tmp_path: Path, seed: int) -> 
         report = chaos.report
     assert report.violations == [], f"replay with PUSHJOBS_CHAOS_SEED={seed}"
     assert report.rounds == ROUNDS and sum(report.outcomes.values()) == ROUNDS
+
+
+def test_a_leftover_is_described_and_killed(tmp_path: Path) -> None:
+    chaos = Chaos(tmp_path / "fleet", seed=1, agents=2)  # prepared, not started
+    env = {
+        **os.environ,
+        "PUSHJOBS_HOME": str(chaos.sandbox.root),
+        "PUSHJOBS_JOB_ID": "j1",
+        "PUSHJOBS_NODE": "node-2",
+        "PUSHJOBS_AGENT_TAG": "a-dead-agents-tag",
+    }
+    left = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        # Its environment shows in /proc only once its exec is done, a little after Popen.
+        wait_until(lambda: chaos._job_pids("j1") == [left.pid])
+        rows = {"node-2": {"state": "crashed", "reason": "node restarted"}}
+        why = chaos.leftovers("j1", [left.pid], rows, later_s=0.2)
+        assert f"pid {left.pid} on node-2: 'sleep 60' state " in why  # S, or R just started
+        assert f"parent {os.getpid()}, group {left.pid}, its agent's watchdog gone" in why
+        assert "node-2's row crashed 'node restarted'" in why
+        assert why.endswith(f"[{left.pid}] still there 0.2 s later (killed)")
+        assert left.wait(timeout=10) == -9
+    finally:
+        left.kill()
+        left.wait()
+        chaos.close()

@@ -9,6 +9,7 @@ The longer, rate-measuring version is ``bench/hostile.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -21,12 +22,14 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from keys.fingerprint import key_id, self_key_id
-from keys.identity import b64, generate
+from keys.identity import PrivateIdentity, b64, generate
+from keys.registry import KeyRegistry
 from keys.states import KeyState
 from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport
+from server.settings import ServerSection
 from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 
@@ -43,6 +46,24 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield fleet
     finally:
         fleet.close()
+
+
+@pytest.fixture(scope="module")
+def insider(fleet: Fleet) -> PrivateIdentity:
+    """An accepted node key that no agent uses: what an insider (or a thief) holds. A key
+    that floods the heartbeat socket is cut off, and the node using it with it."""
+    identity = generate("insider", "node")
+    KeyRegistry(fleet.sandbox.registry_path).add(identity.public, state=KeyState.ACCEPTED)
+    return identity
+
+
+def _xsub(context: zmq.Context[Any], key: PrivateIdentity, server: str) -> zmq.Socket[bytes]:
+    sock: zmq.Socket[bytes] = context.socket(zmq.XSUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.curve_secretkey = key.curve_secret.encode()
+    sock.curve_publickey = key.public.curve_public.encode()
+    sock.curve_serverkey = server.encode()
+    return sock
 
 
 def rss_bytes(pid: int) -> int:
@@ -86,7 +107,7 @@ def _server_public(fleet: Fleet) -> str:
     return fleet.sandbox.identities["server"].public.curve_public
 
 
-def test_garbage_floods_on_every_server_socket(fleet: Fleet) -> None:
+def test_garbage_floods_on_every_server_socket(fleet: Fleet, insider: PrivateIdentity) -> None:
     watch = Watchdog(fleet)
     api_before = watch.drops("api")
     rng = secrets.SystemRandom(7)
@@ -98,12 +119,8 @@ def test_garbage_floods_on_every_server_socket(fleet: Fleet) -> None:
             server_public=_server_public(fleet),
             hwm=100_000,
         )
-        node = fleet.sandbox.identities["node-1"]
-        sub = zmq.Context.instance().socket(zmq.XSUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.curve_secretkey = node.curve_secret.encode()  # an insider: strangers are refused
-        sub.curve_publickey = node.public.curve_public.encode()
-        sub.curve_serverkey = _server_public(fleet).encode()
+        # An insider: strangers are refused at the handshake.
+        sub = _xsub(zmq.Context.instance(), insider, _server_public(fleet))
         sub.connect(fleet.sandbox.heartbeat)
         try:
             for n in range(20_000):
@@ -145,6 +162,18 @@ class Monitored:
             if self.monitor.poll(500) and recv_monitor_message(self.monitor)["event"] in ends:
                 return
         raise AssertionError(f"{endpoint} kept the connection")
+
+    def refused(self, endpoint: str) -> None:
+        """Connect, and wait until ZAP refuses the handshake."""
+        self.sock.connect(endpoint)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.monitor.poll(500):
+                event = recv_monitor_message(self.monitor)["event"]
+                assert event != zmq.EVENT_HANDSHAKE_SUCCEEDED, "the handshake succeeded"
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    return
+        raise AssertionError(f"{endpoint} neither admitted nor refused the key")
 
     def close(self) -> None:
         self.sock.disable_monitor()
@@ -230,19 +259,17 @@ def test_replays_and_forged_signatures_are_dropped_and_answered_once(fleet: Flee
     watch.check(rss_growth_mb=20)
 
 
-def test_subscription_spam_does_not_grow_the_server(fleet: Fleet) -> None:
+def test_subscription_spam_does_not_grow_the_server(fleet: Fleet, insider: PrivateIdentity) -> None:
     watch = Watchdog(fleet)
-    node = fleet.sandbox.identities["node-1"]
     context = zmq.Context()
     try:
         socks = []
         for n in range(20):
-            sock = context.socket(zmq.XSUB)
-            sock.setsockopt(zmq.LINGER, 0)
             if n % 2:  # an insider with an accepted node's key; the others are strangers
-                sock.curve_secretkey = node.curve_secret.encode()
-                sock.curve_publickey = node.public.curve_public.encode()
-                sock.curve_serverkey = _server_public(fleet).encode()
+                sock = _xsub(context, insider, _server_public(fleet))
+            else:
+                sock = context.socket(zmq.XSUB)
+                sock.setsockopt(zmq.LINGER, 0)
             sock.connect(fleet.sandbox.heartbeat)
             socks.append(sock)
         for n in range(6_000):
@@ -254,6 +281,45 @@ def test_subscription_spam_does_not_grow_the_server(fleet: Fleet) -> None:
             sock.close()
     finally:
         context.term()
+    watch.check(rss_growth_mb=20)
+
+
+def test_an_insider_flooding_subscriptions_is_cut_off(fleet: Fleet) -> None:
+    # libzmq queues subscriptions ahead of the loop without a bound: 74,000 a second from
+    # one key grew the server by 879 MB in 8 s. Now the key is cut off in its first turn.
+    insider = generate("flooder", "node")  # its own: the shared insider may be cut off
+    KeyRegistry(fleet.sandbox.registry_path).add(insider.public, state=KeyState.ACCEPTED)
+    watch = Watchdog(fleet)
+    server = _server_public(fleet)
+    context = zmq.Context()
+
+    def cut_off() -> bool:
+        drops = fleet.call("server.info")["drops"].get("api", {})
+        return bool(drops.get("subscription_cut_off", 0) > before)
+
+    before = fleet.call("server.info")["drops"].get("api", {}).get("subscription_cut_off", 0)
+    try:
+        socks = [_xsub(context, insider, server) for _ in range(20)]
+        for sock in socks:
+            sock.connect(fleet.sandbox.heartbeat)
+        sent = 0
+        deadline = time.monotonic() + 30
+        while not cut_off() and time.monotonic() < deadline:
+            for _ in range(20_000):
+                with contextlib.suppress(zmq.Again):
+                    socks[sent % 20].send(b"\x01" + os.urandom(30), zmq.NOBLOCK)
+                sent += 1
+        assert cut_off(), f"{sent} subscriptions sent, the key still connected"
+        # Back, it is refused at the handshake for a while.
+        again = Monitored(
+            context, zmq.XSUB, CurveKeys(insider.public.curve_public, insider.curve_secret), server
+        )
+        try:
+            again.refused(fleet.sandbox.heartbeat)
+        finally:
+            again.close()
+    finally:
+        context.destroy(linger=0)
     watch.check(rss_growth_mb=20)
 
 
@@ -308,10 +374,76 @@ def test_enrolment_spam_is_capped_and_folded(fleet: Fleet) -> None:
         return entries if done else None
 
     entries = wait_until(written, 10)
-    assert len(entries) == 4 + 100 + 1  # admin, node-1..3, the spam that fit, one denied
+    # admin, node-1..3, the insiders' keys, the spam that fit, one denied
+    assert len(entries) == 6 + 100 + 1
     [denied] = [e for e in entries if e.state is KeyState.DENIED]
     assert denied.name == "node-1"
     assert KeyRegistry(registry).get("node-1").state is KeyState.ACCEPTED
+
+
+def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> None:
+    # libzmq queues what each connection sent ahead of the loop, up to the API socket's
+    # receive HWM, at ~10 KB a CurveZMQ request: 40 connections sending all they can used
+    # to park 20,000 requests (140 MB in bench/hostile.py); now at most 64 per connection.
+    # (25 connections here: one source may hold 32, the fleet client's among them.)
+    watch = Watchdog(fleet)
+    refused_before = fleet.call("server.info")["enrolment"]["refused"]
+    identities = [generate(f"spam-{n}", "node") for n in range(50)]
+    now_ms = time.time_ns() // 1_000_000
+    with Transport() as transport:
+        socks = [
+            transport.socket(
+                "dealer",
+                connect=fleet.sandbox.api,
+                curve_client=_stranger(),
+                server_public=_server_public(fleet),
+                hwm=100_000,  # the attacker's own memory holds what the server will not
+            )
+            for _ in range(25)
+        ]
+        for n in range(500):
+            for c, sock in enumerate(socks):
+                sock.send_multipart(_config_request(f"conn-{c}-{n}", now_ms, identities[n % 50]))
+
+        def answered() -> int | None:  # all refused but the 100 pending one source may add
+            refused = int(fleet.call("server.info")["enrolment"]["refused"]) - refused_before
+            return refused if refused >= 25 * 500 - 100 else None
+
+        wait_until(answered, 60, 0.5)
+    watch.check(rss_growth_mb=80)
+
+
+def test_a_flood_of_connections_from_one_source_is_capped(fleet: Fleet) -> None:
+    # Anyone may connect to the API, and each connection may park up to the receive HWM:
+    # 500 strangers' connections from one address are capped at the per-source limit;
+    # the rest are refused at the handshake, and counted.
+    cap = ServerSection().max_api_connections_per_source
+    watch = Watchdog(fleet)
+    identities = [generate(f"flood-{n}", "node") for n in range(20)]
+    now_ms = time.time_ns() // 1_000_000
+    requests = [_config_request(f"flood-{n}", now_ms, identities[n]) for n in range(20)]
+
+    def refused() -> int:
+        drops = fleet.call("server.info")["drops"].get("api", {})
+        return int(drops.get("connections_per_source", 0))
+
+    before = refused()
+    with Transport() as transport:
+        socks = [
+            transport.socket(
+                "dealer",
+                connect=fleet.sandbox.api,
+                curve_client=_stranger(),
+                server_public=_server_public(fleet),
+                hwm=100_000,  # the attacker's own memory holds what the server will not
+            )
+            for _ in range(500)
+        ]
+        for sock in socks:
+            for frames in requests:
+                sock.send_multipart(frames)
+        wait_until(lambda: refused() - before >= 500 - cap - 1, 60, 0.5)
+        watch.check(rss_growth_mb=50)  # while they are all still connected
 
 
 def _watch(outbox: Outbox, job_id: str, version: int, request_id: str) -> list[bytes]:

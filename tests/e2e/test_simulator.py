@@ -7,11 +7,20 @@ on both, the same liveness rules apply to both (silence, return, restart).
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
+from keys.registry import KeyRegistry
+from keys.states import KeyState
+from pushjobs.api.client import ApiClient
+from pushjobs.childproc import await_ready, spawn
+from pushjobs.simkeys import SimKeys
 from tests.e2e.conftest import make_fleet
+from tests.e2e.standby import api_of, start_second_server
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +36,81 @@ def mixed(tmp_path: Path):
         assert configured.startswith("pushjobs-simulate configured nodes=3"), configured
         fleet.wait_online(["node-1", *SIMS])
         yield fleet, sim
+    finally:
+        fleet.close()
+
+
+def test_a_simulator_sent_to_a_standby_follows_it_to_the_leader(tmp_path: Path) -> None:
+    # The standby answers every config request "not the leader" and names the leader: the
+    # fleet moves there at once, as an agent does (DESIGN section 9).
+    fleet = make_fleet(tmp_path, nodes=[])
+    try:
+        standby = api_of(start_second_server(fleet.sandbox))
+        sim = fleet.sandbox.start_simulator("sim", 3, args=["--api", standby])
+        configured = sim.read_line(30)
+        assert configured.startswith("pushjobs-simulate configured nodes=3"), configured
+        fleet.wait_online(SIMS)
+        stats = control(sim, "stats")
+        assert stats["server"] == fleet.sandbox.api
+        assert stats["counters"]["config_not_leader"] >= 1
+        assert stats["counters"]["server_moves"] == 1
+        job = fleet.start("true", SIMS)
+        assert fleet.wait_job(job["job_id"])["state"] == "complete"
+    finally:
+        fleet.close()
+
+
+def test_a_simulator_moves_to_the_new_leader_when_its_leader_dies(tmp_path: Path) -> None:
+    # Both servers listed (as ``--api`` given twice will say): the leader killed, its
+    # heartbeats stop, and after a few silent offline windows the fleet asks the next
+    # server, which has taken the lease by then.
+    fleet = make_fleet(tmp_path, nodes=[])
+    sandbox = fleet.sandbox
+    try:
+        standby = api_of(start_second_server(sandbox))
+        KeyRegistry(sandbox.registry_path).add_many(
+            SimKeys().publics(0, 3), state=KeyState.ACCEPTED
+        )
+        settings = {
+            "api": sandbox.api,
+            "servers": [standby],
+            "server_key": str(sandbox.keys_dir / "server.pub"),
+            "nodes": 3,
+            "behaviour": {},
+        }
+        argv = [sys.executable, "-m", "agent.simmain", json.dumps(settings)]
+        sim = sandbox.procs["sim"] = spawn(
+            "sim",
+            argv,
+            sandbox.root / "logs" / "sim.log",
+            env=sandbox.env(),
+            cwd=sandbox.root,
+            stdin=True,
+        )
+        await_ready(sim, "pushjobs-simulate", 30)
+        assert sim.read_line(30).startswith("pushjobs-simulate configured nodes=3")
+        fleet.wait_online(SIMS)
+        sandbox.kill("server", signal.SIGKILL)
+
+        def moved() -> dict | None:
+            stats = control(sim, "stats")
+            return stats if stats["server"] == standby else None
+
+        stats = wait_until(moved, 60, 0.5)
+        assert stats["counters"]["server_moves"] >= 1
+        # The standby took the lease before it answered the fleet: it leads now.
+        client = ApiClient.from_files(
+            [standby], sandbox.keys_dir / "server.pub", sandbox.keys_dir / "admin.key"
+        )
+        try:
+
+            def online() -> bool:
+                rows = client.call("node.status", {"nodes": SIMS})["nodes"]
+                return all(row["online"] for row in rows)
+
+            wait_until(online, 30, 0.2)
+        finally:
+            client.close()
     finally:
         fleet.close()
 

@@ -109,7 +109,8 @@ AVAILABILITY = [
      "availability_pct": 0.0, "flaps": 0, "longest_outage_ms": 100_000},
 ]  # fmt: skip
 
-_Z = {"succeeded": 0, "failed": 0, "timed_out": 0, "crashed": 0, "nacked": 0}
+_Z = {"succeeded": 0, "failed": 0, "timed_out": 0, "crashed": 0, "nacked": 0, "aborted": 0,
+      "skipped": 0}  # fmt: skip
 OUTCOMES = [
     {"command": "deploy", "node": "a", "jobs": 1, **_Z, "crashed": 1},
     {"command": "deploy", "node": "c", "jobs": 1, **_Z, "succeeded": 1},
@@ -118,9 +119,10 @@ OUTCOMES = [
     {"command": "uptime", "node": "c", "jobs": 2, **_Z, "timed_out": 1},
 ]
 BY_COMMAND = [
-    {"command": "deploy", "jobs": 1, "nodes": 2, **_Z, "succeeded": 1, "crashed": 1},
+    {"command": "deploy", "jobs": 1, "nodes": 2, **_Z, "succeeded": 1, "crashed": 1,
+     "halted": 0},
     {"command": "uptime", "jobs": 2, "nodes": 3, **_Z, "succeeded": 2, "failed": 1,
-     "timed_out": 1, "nacked": 1},
+     "timed_out": 1, "nacked": 1, "halted": 0},
 ]  # fmt: skip
 
 
@@ -218,7 +220,9 @@ SERVER_DOWN_OUTCOMES = [
     {"command": _UNKNOWN, "node": "n1", "jobs": 1, **_Z, "succeeded": 1},
     {"command": _UNKNOWN, "node": "n3", "jobs": 1, **_Z, "succeeded": 1},  # the last event
 ]
-SERVER_DOWN_BY_COMMAND = [{"command": _UNKNOWN, "jobs": 2, "nodes": 2, **_Z, "succeeded": 2}]
+SERVER_DOWN_BY_COMMAND = [
+    {"command": _UNKNOWN, "jobs": 2, "nodes": 2, **_Z, "succeeded": 2, "halted": 0}
+]
 # votes [50 (n1), 500 (n3)], runs [900 (n1), 400 (n3)]; at q: lo + q * (hi - lo)
 SERVER_DOWN_LATENCY_BY_COMMAND = [
     {"metric": "commit_to_ack", "command": _UNKNOWN, "count": 2, "p5": 72.5, "p25": 162.5,
@@ -248,4 +252,83 @@ def healthy_tail() -> list[dict[str, Any]]:
 HEALTHY_TAIL_STRAGGLERS = [
     {"node": "z", "command": "k", "runs": 20, "run_p50_ms": 250.0, "run_p95_ms": 250.0,
      "command_median_ms": 100.0, "ratio": 2.5},
+]  # fmt: skip
+
+
+# --- a third history: rolling-batch jobs (``job start --batch 1 --max-failures 1``).
+# Window [0, 7_000). A batch job's node runs from its turn, and its end event's
+# ``duration_ms`` says so: the time it waited for its turn is not run time.
+def _batch(job: str, node: str, ts: int, prev: str, state: str, took: int | None = None):
+    return {**_node(job, node, ts, prev, state, "patch"), "duration_ms": took}
+
+
+BATCH_UNTIL = 7_000
+BATCH: list[dict[str, Any]] = [
+    # B1 on p, q, r, s, one at a time; one failure halts it.
+    _job("B1", 1_000, "voting", "patch"),
+    _batch("B1", "p", 1_010, "new", "ready"),
+    _batch("B1", "q", 1_020, "new", "ready"),
+    _batch("B1", "r", 1_030, "new", "ready"),
+    _batch("B1", "s", 1_040, "new", "ready"),
+    _job("B1", 2_000, "running", "patch"),
+    _batch("B1", "q", 2_000, "ready", "waiting", 0),
+    _batch("B1", "r", 2_000, "ready", "waiting", 0),
+    _batch("B1", "s", 2_000, "ready", "waiting", 0),
+    _batch("B1", "p", 2_010, "ready", "running", 10),
+    _batch("B1", "p", 3_000, "running", "succeeded", 1_000),  # its turn came at 2_000
+    _batch("B1", "q", 3_000, "waiting", "ready", 0),  # q's turn: 3_000
+    _batch("B1", "q", 3_010, "ready", "running", 10),
+    _batch("B1", "s", 4_000, "waiting", "aborted", 2_000),  # s let its held commit go
+    _batch("B1", "q", 5_000, "running", "failed", 2_000),  # 3_000 after the job's runs
+    _batch("B1", "r", 5_000, "waiting", "skipped", 3_000),  # never ran
+    {**_job("B1", 5_000, "halted", "patch"), "prev_state": "running"},
+    # B2 on t, u: t runs, u waits its turn, both still at it when the window ends.
+    _job("B2", 6_000, "voting", "patch"),
+    _batch("B2", "t", 6_010, "new", "ready"),
+    _batch("B2", "u", 6_020, "new", "ready"),
+    _job("B2", 6_100, "running", "patch"),
+    _batch("B2", "u", 6_100, "ready", "waiting", 0),
+    _batch("B2", "t", 6_110, "ready", "running", 10),
+]
+for i, row in enumerate(BATCH):
+    row["offset"] = i
+
+# Each node is in one job; r was skipped, s aborted; t and u are in jobs only.
+BATCH_OUTCOMES = [
+    {"command": "patch", "node": "p", "jobs": 1, **_Z, "succeeded": 1},
+    {"command": "patch", "node": "q", "jobs": 1, **_Z, "failed": 1},
+    {"command": "patch", "node": "r", "jobs": 1, **_Z, "skipped": 1},
+    {"command": "patch", "node": "s", "jobs": 1, **_Z, "aborted": 1},
+    {"command": "patch", "node": "t", "jobs": 1, **_Z},
+    {"command": "patch", "node": "u", "jobs": 1, **_Z},
+]
+BATCH_BY_COMMAND = [
+    {"command": "patch", "jobs": 2, "nodes": 6, **_Z, "succeeded": 1, "failed": 1,
+     "aborted": 1, "skipped": 1, "halted": 1},
+]  # fmt: skip
+# Answered: succeeded, failed, aborted (skipped never ran) -> 1 failure of 3: 33.33 %.
+BATCH_OUTCOMES_BY_DAY = [{"day": "1970-01-01", "command": "patch", "outcomes": 3, "failures": 1}]
+# commit_to_ack [10 (p), 20 (q), 30 (r), 40 (s), 10 (t), 20 (u)] sorted [10,10,20,20,30,40]:
+#   p50 pos 2.5 -> 20, p95 pos 4.75 -> 30 + 0.75 * 10 = 37.5, p99 pos 4.95 -> 39.5
+# run_to_finish: p 1_000, q 2_000 (its own run, not the 3_000 since the job's runs):
+#   p50 1_500, p95 1_000 + 0.95 * 1_000 = 1_950, p99 1_990
+BATCH_LATENCY = [
+    _lat("commit_to_ack", "(fleet)", 6, 20.0, 37.5, 39.5),
+    _lat("commit_to_ack", "p", 1, 10.0, 10.0, 10.0),
+    _lat("commit_to_ack", "q", 1, 20.0, 20.0, 20.0),
+    _lat("commit_to_ack", "r", 1, 30.0, 30.0, 30.0),
+    _lat("commit_to_ack", "s", 1, 40.0, 40.0, 40.0),
+    _lat("commit_to_ack", "t", 1, 10.0, 10.0, 10.0),
+    _lat("commit_to_ack", "u", 1, 20.0, 20.0, 20.0),
+    _lat("run_to_finish", "(fleet)", 2, 1_500.0, 1_950.0, 1_990.0),
+    _lat("run_to_finish", "p", 1, 1_000.0, 1_000.0, 1_000.0),
+    _lat("run_to_finish", "q", 1, 2_000.0, 2_000.0, 2_000.0),
+]
+# Per command, at q * (n - 1): votes pos 0.25 -> 10, 1.25 -> 12.5, 2.5 -> 20, 3.75 -> 27.5,
+#   4.75 -> 37.5, 4.95 -> 39.5; runs [1_000, 2_000] at q -> 1_000 + q * 1_000
+BATCH_LATENCY_BY_COMMAND = [
+    {"metric": "commit_to_ack", "command": "patch", "count": 6, "p5": 10.0, "p25": 12.5,
+     "p50": 20.0, "p75": 27.5, "p95": 37.5, "p99": 39.5},
+    {"metric": "run_to_finish", "command": "patch", "count": 2, "p5": 1_050.0, "p25": 1_250.0,
+     "p50": 1_500.0, "p75": 1_750.0, "p95": 1_950.0, "p99": 1_990.0},
 ]  # fmt: skip

@@ -102,3 +102,25 @@ def test_percentile_interpolates():
 
 def test_a_slow_tail_is_not_a_straggler_a_slow_node_is():
     assert compute(h.healthy_tail()).stragglers == h.HEALTHY_TAIL_STRAGGLERS
+
+
+def same_rows(got, want):
+    """Rows equal, their percentiles (``p..``) to floating-point rounding."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert {k: v for k, v in g.items() if not k.startswith("p")} == {
+            k: v for k, v in w.items() if not k.startswith("p")
+        }
+        assert {k: v for k, v in g.items() if k.startswith("p")} == pytest.approx(
+            {k: v for k, v in w.items() if k.startswith("p")}
+        )
+
+
+def test_a_batch_node_runs_from_its_turn_and_skipped_nodes_are_an_outcome():
+    report = compute(shuffled(h.BATCH), since=0, until=h.BATCH_UNTIL, min_samples=1)
+    assert report.outcomes == h.BATCH_OUTCOMES
+    assert report.by_command == h.BATCH_BY_COMMAND
+    assert report.outcomes_by_day == h.BATCH_OUTCOMES_BY_DAY
+    same_latency(report.latency, h.BATCH_LATENCY)
+    same_rows(report.latency_by_command, h.BATCH_LATENCY_BY_COMMAND)
+    assert report.stragglers == []

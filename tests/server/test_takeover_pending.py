@@ -285,6 +285,16 @@ def test_in_the_grace_a_glob_means_the_fleet_known_before_the_takeover() -> None
     assert state_of(job) is JobState.QUORUM_FAILED
 
 
+def test_in_the_grace_a_glob_also_means_the_registered_nodes_no_job_named() -> None:
+    leader = Leader(registered={"old-1", "old-2", "web-1", "web-2"})
+    leader.jobs.known_nodes = lambda: ["web-1", "web-2"]  # the registry's accepted nodes
+    job = leader.start("web-*")
+    assert states(job) == {"web-1": "new", "web-2": "new"}
+    leader.hear("web-1")
+    leader.advance(GRACE_MS / 1000)
+    assert states(job) == {"web-1": "new", "web-2": "unavailable"}
+
+
 def test_after_the_grace_an_unseen_node_is_unavailable_at_once_and_globs_match_heard_ones() -> None:
     leader = Leader(registered={"old-1", "old-2"})
     leader.hear("old-1")

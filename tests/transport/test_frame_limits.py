@@ -118,3 +118,60 @@ def test_the_heartbeat_socket_admits_node_keys_and_applies_only_the_empty_subscr
     finally:
         spam.close()
         hostile.term()
+
+
+def test_a_flooder_is_cut_off_and_a_failed_rebind_is_retried_not_fatal(monkeypatch):
+    """Cutting off a key that floods rebinds the heartbeat socket; should another process
+    hold the port in that instant, the server keeps serving and binds it again later."""
+    from server.subflood import FloodGuard
+
+    drops: Counter[str] = Counter()
+    server, node, insider = curve_keys(), curve_keys(), curve_keys()
+    allowed = {node.public, insider.public}
+    hostile = zmq.Context()
+    spam = hostile.socket(zmq.XSUB)
+    spam.setsockopt(zmq.LINGER, 0)
+    try:
+        with Transport() as server_side, Transport() as client:
+            channels = Channels(
+                server_side,
+                server,
+                api_bind=ANY_PORT,
+                heartbeat_bind=ANY_PORT,
+                reply_bind=ANY_PORT,
+                node_allowed=lambda key: key in allowed,
+                drops=drops,
+            )
+            channels.flood = FloodGuard(threshold=5)
+            endpoint = channels.endpoints()["heartbeat"]
+            spam.curve_secretkey = insider.secret.encode()
+            spam.curve_publickey = insider.public.encode()
+            spam.curve_serverkey = server.public.encode()
+            spam.connect(endpoint)
+            for n in range(20):
+                spam.send(b"\x01" + n.to_bytes(4, "big"))
+            sock = channels.heartbeat
+            real_bind = sock.bind
+
+            def taken(address: str) -> None:
+                raise zmq.ZMQError(zmq.EADDRINUSE)
+
+            monkeypatch.setattr(sock, "bind", taken)
+            monkeypatch.setattr("server.channels.REBIND_TIMEOUT_S", 0.05)
+            wait_until(lambda: channels.subscriptions() or drops["subscription_cut_off"], 10)
+            assert drops["heartbeat_unbound"] >= 1  # still serving: no exception
+            monkeypatch.setattr(sock, "bind", real_bind)
+            keys = {"curve_client": node, "server_public": server.public}
+            agent = client.socket("sub", connect=endpoint, **keys)
+
+            def delivered() -> bool:
+                channels.subscriptions()  # binds again first
+                channels.publish([b"beat"])
+                return agent.poll(20) != 0
+
+            wait_until(delivered, timeout_s=10)
+            assert agent.recv_multipart() == [b"beat"]
+            assert channels.flood.refused(insider.public, __import__("time").monotonic())
+    finally:
+        spam.close()
+        hostile.term()

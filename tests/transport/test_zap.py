@@ -7,7 +7,7 @@ import threading
 import zmq
 
 from pushjobs.transport.sockets import Transport, bound_endpoint
-from pushjobs.transport.zap import decide
+from pushjobs.transport.zap import by_key, decide
 from tests.support import curve_keys
 
 FRIEND_PUBLIC, _ = zmq.curve_keypair()
@@ -18,7 +18,7 @@ def request(*, domain=b"d1", mechanism=b"CURVE", credentials=(FRIEND_RAW,), vers
     return [version, b"req-7", domain, b"127.0.0.1", b"", mechanism, *credentials]
 
 
-CHECKS = {b"d1": lambda key: key == FRIEND_PUBLIC.decode()}
+CHECKS = {b"d1": by_key(lambda key: key == FRIEND_PUBLIC.decode())}
 
 
 def status(reply: list[bytes]) -> tuple[bytes, bytes]:
@@ -51,10 +51,22 @@ def test_anything_but_a_well_formed_curve_request_for_a_known_domain_is_refused(
 
 
 def test_a_check_that_raises_refuses():
-    def broken(key: str) -> bool:
+    def broken(key: str, address: str) -> int:
         raise RuntimeError("registry unreadable")
 
     assert status(decide(request(), {b"d1": broken}))[1] == b"400"
+
+
+def test_a_peer_check_sees_the_address_and_may_refuse_for_now():
+    seen = []
+
+    def busy(key: str, address: str) -> int:
+        seen.append((key, address))
+        return 300
+
+    reply = decide(request(), {b"d1": busy})
+    assert status(reply) == (b"req-7", b"300") and reply[4] == b""
+    assert seen == [(FRIEND_PUBLIC.decode(), "127.0.0.1")]
 
 
 def pusher(transport: Transport, target: zmq.Socket[bytes], client, server) -> zmq.Socket[bytes]:
