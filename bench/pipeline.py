@@ -85,8 +85,16 @@ class CpuClock:
     """
 
     def __init__(self, spark: Any) -> None:
-        self.jvm = Path(f"/proc/{spark.sparkContext._jvm.ProcessHandle.current().pid()}/stat")
+        jvm = spark.sparkContext._jvm
+        self.jvm = Path(f"/proc/{jvm.ProcessHandle.current().pid()}/stat")
         self.tick = os.sysconf("SC_CLK_TCK")
+        self.beans = jvm.java.lang.management.ManagementFactory
+
+    def overhead(self) -> tuple[float, float]:
+        """Seconds so far of the JVM's collections (pauses) and of its JIT compilers: the
+        part of the CPU that is not the report's own work."""
+        gc = sum(b.getCollectionTime() for b in self.beans.getGarbageCollectorMXBeans())
+        return gc / 1000, self.beans.getCompilationMXBean().getTotalCompilationTime() / 1000
 
     def __call__(self) -> float:
         fields = self.jvm.read_text().rsplit(")", 1)[1].split()
@@ -372,12 +380,13 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         count, gen_s = generate(size, root)
     print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
     cpu = CpuClock(spark)
-    c0 = cpu()
+    c0, (g0, j0) = cpu(), cpu.overhead()
     s_report, s_took = on_spark(spark, root)
     s_cpu = cpu() - c0
+    g1, j1 = cpu.overhead()
     print(
         f"  spark:          {s_took:7.2f} s   (exact percentiles; its first report; "
-        f"{s_cpu:.1f} CPU s)"
+        f"{s_cpu:.1f} CPU s; GC pauses {g1 - g0:.1f} s, JIT compiling {j1 - j0:.1f} s)"
     )
     _, w_took = on_spark(spark, root)
     print(f"  spark again:    {w_took:7.2f} s   (the same, its code compiled and warm)")

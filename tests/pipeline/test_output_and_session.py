@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -113,3 +116,21 @@ def test_demo_history_is_realistic_and_repeatable():
     fleet = [r for r in report.latency if r["scope"] == "(fleet)"]
     assert [r["metric"] for r in fleet] == ["commit_to_ack", "run_to_finish"]
     assert 10 < fleet[0]["p50"] < 100  # votes take tens of ms
+
+
+def test_a_report_session_collects_garbage_with_the_parallel_collector(tmp_path):
+    # A session of its own needs a fresh JVM: the tests' session (serial GC) is shared.
+    log = str(tmp_path / "spark.log")
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from pushjobs.pipeline.session import spark_session
+        from pushjobs.pipeline.settings import ReportSettings
+        spark = spark_session(ReportSettings(master="local[1]"), log_file=Path({log!r}))
+        beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+        print(sorted(b.getName() for b in beans.getGarbageCollectorMXBeans()))
+        spark.stop()
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=True
+    )
+    assert "PS Scavenge" in done.stdout, done.stdout + done.stderr
