@@ -69,8 +69,12 @@ class ServerSection:
     """Open API connections one network address may hold before keys the server does not
     know are refused from it (accepted keys never are, and count). Each may park ~0.7 MB
     of requests: 32 strangers flooding from one host grew the server by ~35 MB."""
-    max_api_connections: int = 256
-    """Open API connections in all before keys the server does not know are refused."""
+    max_api_connections: int = 40
+    """Open API connections in all before keys the server does not know are refused: so
+    strangers from many addresses together park under ~50 MB (at most ~1.2 MB each,
+    measured). Known keys count but are never refused, so a busy moment (a fleet
+    rediscovering after a failover) only makes new keys wait and retry; raise it where
+    many unknown nodes enrol at once."""
     config_lifetime_s: float = 3600.0
     """How long a node's config (and its session key) lasts before it asks again."""
     leader_session_s: float = 5.0
