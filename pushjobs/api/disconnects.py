@@ -20,12 +20,19 @@ Nothing here is stored: killed at any line, the monitor dies with the process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import zmq
 
-from pushjobs.errors import TransportError
-from pushjobs.transport.handshake import EVENTS, SUCCEEDED, Event, HandshakeTally, Refusal, parse
+from pushjobs.transport.handshake import (
+    EVENTS,
+    SUCCEEDED,
+    Event,
+    HandshakeMonitor,
+    Refusal,
+    connect_with,
+)
 
 DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 
@@ -50,30 +57,22 @@ class PeerLink:
             self.lost = True
 
 
-class LinkMonitor:
+class LinkMonitor(HandshakeMonitor):
     """The handshakes and the hang-ups of ``sock``, read from its monitor without blocking."""
 
     def __init__(self, sock: zmq.Socket[Any]) -> None:
-        self.tally = HandshakeTally()
+        super().__init__(sock, events=EVENTS | DISCONNECTED)
         self.link = PeerLink()
-        self._watched = sock
-        try:
-            self.socket: zmq.Socket[bytes] = sock.get_monitor_socket(EVENTS | DISCONNECTED)
-        except zmq.ZMQError as exc:
-            raise TransportError(f"cannot monitor the socket: {exc}") from exc
-        self.socket.setsockopt(zmq.LINGER, 0)
 
-    def read(self) -> None:
+    def read(self, each: Callable[[Event], None] | None = None) -> list[Refusal]:
         """Hand every event reported since the last read to the tally and the link."""
-        while True:
-            try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.ZMQError:
-                return  # nothing more now (Again), or the monitored socket is gone
-            event = parse(frames)
-            if event is not None:
-                self.tally.see(event)
-                self.link.see(event)
+
+        def see(event: Event) -> None:
+            self.link.see(event)
+            if each is not None:
+                each(event)
+
+        return super().read(see)
 
     def arm(self) -> None:
         """A request leaves now (what happened before it is read first)."""
@@ -81,32 +80,11 @@ class LinkMonitor:
         self.link.arm()
 
     @property
-    def refused(self) -> Refusal | None:
-        self.read()
-        return self.tally.refused
-
-    @property
     def hung_up(self) -> bool:
         self.read()
         return self.link.lost
 
-    def close(self) -> None:
-        if self.socket.closed:
-            return
-        try:
-            if not self._watched.closed:
-                self._watched.disable_monitor()
-        except zmq.ZMQError:
-            pass  # the watched socket is closing: its monitor stops with it
-        self.socket.close(linger=0)
-
 
 def connect_watched(sock: zmq.Socket[Any], endpoint: str) -> LinkMonitor:
     """Monitor ``sock``, then connect it to ``endpoint``: every event is seen."""
-    monitor = LinkMonitor(sock)
-    try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as exc:
-        monitor.close()
-        raise TransportError(f"cannot connect to {endpoint}: {exc}") from exc
-    return monitor
+    return connect_with(LinkMonitor(sock), sock, endpoint)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -176,7 +176,14 @@ class HandshakeMonitor:
 
 def connect_monitored(sock: zmq.Socket[Any], endpoint: str) -> HandshakeMonitor:
     """Monitor ``sock``, then connect it to ``endpoint``: every handshake is seen."""
-    monitor = HandshakeMonitor(sock)
+    return connect_with(HandshakeMonitor(sock), sock, endpoint)
+
+
+Monitor = TypeVar("Monitor", bound=HandshakeMonitor)
+
+
+def connect_with(monitor: Monitor, sock: zmq.Socket[Any], endpoint: str) -> Monitor:
+    """Connect ``sock``, already watched by ``monitor``, to ``endpoint``."""
     try:
         sock.connect(endpoint)
     except zmq.ZMQError as exc:
