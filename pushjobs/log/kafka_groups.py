@@ -48,6 +48,7 @@ from pushjobs.log.kafka_member import (
     generation_of,
     group_overrides,
     leave_group,
+    serve_group,
 )
 
 if TYPE_CHECKING:
@@ -170,14 +171,7 @@ class KafkaShare:
         return share_fence_group(self.group, topic)
 
     def _serve(self) -> None:
-        """Run the rebalance callbacks and take the group's error events, if any."""
-        try:
-            event = self.consumer.poll(0)
-        except self._ck.KafkaException as exc:
-            raise translate_exception(exc, f"polling group {self.group!r}") from exc
-        if event is not None and event.error() is not None:
-            # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
-            log.info("group %s member %s: %s", self.group, self._member_id, event.error().str())
+        serve_group(self._ck, self.consumer, self.group, self._member_id)
 
     # Rebalance callbacks: run by librdkafka inside consumer.poll(), on this thread.
 

@@ -126,6 +126,17 @@ def generation_of(ck: Any, consumer: Any) -> int:
     return int.from_bytes(raw[start : start + 4], sys.byteorder, signed=True)
 
 
+def serve_group(ck: Any, consumer: Any, group: str, member_id: str) -> None:
+    """Run the rebalance callbacks and take the group's error events, if any."""
+    try:
+        event = consumer.poll(0)
+    except ck.KafkaException as exc:
+        raise translate_exception(exc, f"polling group {group!r}") from exc
+    if event is not None and event.error() is not None:
+        # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
+        log.info("group %s member %s: %s", group, member_id, event.error().str())
+
+
 def leave_group(ck: Any, box: list[Any], name: str) -> None:
     """Leave the group without librdkafka's close, which can freeze the whole process
     (``kafka_close``): unsubscribe and serve what follows while the group is alive, then
@@ -202,14 +213,7 @@ class KafkaGroupMember(NamedMember):
         return self.epoch
 
     def _serve(self) -> None:
-        """Run the rebalance callbacks and take the group's error events, if any."""
-        try:
-            event = self.consumer.poll(0)
-        except self._ck.KafkaException as exc:
-            raise translate_exception(exc, f"polling group {self.group!r}") from exc
-        if event is not None and event.error() is not None:
-            # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
-            log.info("group %s member %s: %s", self.group, self._member_id, event.error().str())
+        serve_group(self._ck, self.consumer, self.group, self._member_id)
 
     def holds_partition(self) -> bool:
         return self.is_open and PARTITION in self._held
