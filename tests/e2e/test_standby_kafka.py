@@ -157,12 +157,22 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
     """SIGSTOP the leader just past the broker's session: it wakes around the moment its
     successor claims the lease. Its answers (``server.info`` sampled on both servers) and
     its log show it never acted as leader once the successor had (the issue found it did
-    for 0.3-0.75 s: it trusted a lease it had not confirmed with the group coordinator)."""
+    for 0.3-0.75 s: it trusted a lease it had not confirmed with the group coordinator).
+
+    Either server may lead first (the mock's group decides), and a pause only just past the
+    session may end before the broker expires the member: then the old leader, having
+    confirmed its lease with the coordinator, rightly keeps it. Neither case may ever show
+    two leaders at once."""
     with kafka_pair(tmp_path, host) as (pair, _):
-        old = pair.sandbox.procs["server"]
-        samplers = {api: Sampler(pair, api) for api in (pair.sandbox.api, pair.standby_api)}
+        apis = {pair.sandbox.api: "server", pair.standby_api: SECOND}
+        samplers = {api: Sampler(pair, api) for api in apis}
         try:
-            wait_until(lambda: any(s.leader for s in samplers[pair.sandbox.api].samples), 10)
+            leading = wait_until(
+                lambda: next((a for a in apis if any(s.leader for s in samplers[a].samples)), None),
+                timeout_s=TAKEOVER_S,
+            )
+            other = next(api for api in apis if api != leading)
+            old, new = pair.sandbox.procs[apis[leading]], pair.sandbox.procs[apis[other]]
             os.kill(old.pid, signal.SIGSTOP)
             stopped_at = time.time()
             try:
@@ -170,29 +180,36 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
                 time.sleep(SESSION_MS / 1000 + beyond_s)  # the pause under test, not a wait
             finally:
                 os.kill(old.pid, signal.SIGCONT)
-            wait_until(lambda: pair.leader_api() == pair.standby_api, timeout_s=TAKEOVER_S)
-            wait_until(lambda: info_of(pair, pair.sandbox.api) is not None, timeout_s=10)
+            wait_until(lambda: pair.leader_api() is not None, timeout_s=TAKEOVER_S)
+            wait_until(lambda: info_of(pair, leading) is not None, timeout_s=10)
+            moved = pair.leader_api() == other
         finally:
             samples = {api: sampler.stop() for api, sampler in samplers.items()}
-        new_leading = [s.at for s in samples[pair.standby_api] if s.leader]
-        assert new_leading, samples[pair.standby_api]
-        old_late = [s for s in samples[pair.sandbox.api] if s.leader and s.at >= new_leading[0]]
-        assert old_late == [], (old_late, new_leading[0])
-        # The logs: the successor's first act as leader comes after the last act of the old
-        # one, which is its stop, or its confirmation of a lease after waking.
-        old_log, new_log = old.log_text(), pair.sandbox.procs[SECOND].log_text()
-        took = lines_with(new_log, "leader with epoch")
-        assert took, new_log
-        still = [
-            logged_at(x) for x in lines_with(old_log, "still held") if logged_at(x) > stopped_at
-        ]
-        deposed = [
-            logged_at(x) for x in lines_with(old_log, "standing by") if logged_at(x) > stopped_at
-        ]
-        assert deposed, old_log
-        old_last_act = deposed[0] if still else stopped_at
-        assert old_last_act <= logged_at(took[-1]), (old_log, new_log)
-        assert pair.sandbox.procs[SECOND].alive() and old.alive()
+        # Never two leaders: no sample of the old leader claims it once the new one did.
+        new_leading = [s.at for s in samples[other] if s.leader]
+        assert moved == bool(new_leading), (moved, new_leading)
+        if new_leading:
+            late = [s for s in samples[leading] if s.leader and s.at >= new_leading[0]]
+            assert late == [], (late, new_leading[0])
+        old_log, new_log = old.log_text(), new.log_text()
+        if moved:
+            # The successor's first act as leader comes after the last act of the old
+            # one: its stop, or its confirmation of a lease after waking.
+            took = lines_with(new_log, "leader with epoch")
+            assert took, new_log
+            deposed = [
+                logged_at(x)
+                for x in lines_with(old_log, "standing by")
+                if logged_at(x) > stopped_at
+            ]
+            assert deposed, old_log
+            still = [x for x in lines_with(old_log, "still held") if logged_at(x) > stopped_at]
+            old_last_act = deposed[0] if still else stopped_at
+            assert old_last_act <= logged_at(took[-1]), (old_log, new_log)
+        else:
+            # It kept its lease: only after asking the coordinator, never on trust alone.
+            assert any(logged_at(x) > stopped_at for x in lines_with(old_log, "still held"))
+        assert new.alive() and old.alive()
         job = pair.start("hello")
         assert pair.wait_job(job["job_id"], timeout_s=TAKEOVER_S)["summary"] == {"succeeded": 3}
 
