@@ -74,7 +74,7 @@ SLOW_EXEC = """
 import os, sys, time
 os.read(0, 1)
 os.close(int(sys.argv[1]))
-time.sleep(0.5)
+time.sleep(0.5)  # noqa: the slow exec under test, in the child
 os.execvpe("sleep", ["sleep", "60"], {**os.environ, "PUSHJOBS_AGENT_TAG": sys.argv[2]})
 """
 

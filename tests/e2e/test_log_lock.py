@@ -27,7 +27,7 @@ import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 db.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+time.sleep(float(sys.argv[2]))  # noqa: the lock held, in the child
 db.execute("ROLLBACK")
 """
 
