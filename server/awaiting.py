@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from pushjobs.states import JobState, NodeState
 from server.effects import Effect
-from server.snapshot import NodeRecord
+from server.nodemoves import MovesNodes
 from server.transitions import NodeEvent
 
 UNHEARD = "not heard from since the server took over"
@@ -41,28 +41,14 @@ class Unheard:
     until_ms: int | None = None
 
 
-class AwaitingNodes:
+class AwaitingNodes(MovesNodes):
     """Owns the unheard targets and their deadline; moves nodes only through ``_node``."""
 
     __slots__ = ()
 
-    job_id: str
-    nodes: dict[str, NodeRecord]
     state: JobState
     vote_deadline_ms: int | None
     _unheard: Unheard
-
-    def _node(
-        self,
-        node: str,
-        event: NodeEvent,
-        now_ms: int,
-        out: list[Effect],
-        *,
-        exit_status: int | None = None,
-        reason: str = "",
-    ) -> None:
-        raise NotImplementedError
 
     def _await(self, unheard: Iterable[str], until_ms: int | None, vote_deadline_ms: int) -> int:
         """Wait for ``unheard`` targets until ``until_ms`` (as voting starts); the vote

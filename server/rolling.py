@@ -17,34 +17,20 @@ from collections import Counter
 from pushjobs.states import JobState, NodeState
 from server.batch import FAILURE_STATES, Window, next_start_ms, plan
 from server.effects import Effect, Send
-from server.snapshot import NodeRecord
+from server.nodemoves import MovesNodes
 from server.transitions import NodeEvent
 
 
-class RollingBatch:
+class RollingBatch(MovesNodes):
     """Reads and moves the job's nodes through ``_node``; owns nothing but the window."""
 
     __slots__ = ()
 
-    job_id: str
-    nodes: dict[str, NodeRecord]
     run_timeout_ms: int
     state: JobState
     _counts: Counter[NodeState]
     _window: Window | None
     _floor_ms: int
-
-    def _node(
-        self,
-        node: str,
-        event: NodeEvent,
-        now_ms: int,
-        out: list[Effect],
-        *,
-        exit_status: int | None = None,
-        reason: str = "",
-    ) -> None:
-        raise NotImplementedError
 
     def _state_of(self, name: str) -> NodeState:
         return self.nodes[name].state
