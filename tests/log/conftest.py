@@ -38,6 +38,7 @@ from pushjobs.log.sqlite import SqliteLog
 from tests.log.children import Child
 
 BACKENDS = ["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)]
+# The mock's session timeout for these tests: short, so takeovers stay quick.
 KAFKA_SESSION_MS = 3000
 # What the memory backend cannot do, and why.
 MEMORY_UNSUPPORTED = {
@@ -174,6 +175,20 @@ def _stop_kafka_host() -> Iterator[None]:
     support = sys.modules.get("tests.log.kafka_support")
     if support is not None and hasattr(support, "stop_shared_host"):
         support.stop_shared_host()
+
+
+@pytest.fixture(scope="session")
+def kafka_host() -> Any:
+    """The mock cluster's host process, for the Kafka-only tests (stopped at the end)."""
+    return _kafka_support().shared_host()
+
+
+@pytest.fixture
+def cluster(kafka_host: Any) -> Iterator[Any]:
+    """A fresh mock cluster on the shared host, its sessions ``KAFKA_SESSION_MS`` long."""
+    cluster = kafka_host.new_cluster(KAFKA_SESSION_MS)
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -33,6 +33,7 @@ from pushjobs.errors import (
 from pushjobs.log.base import Fence, TopicPolicy
 from pushjobs.log.kafka import KafkaLog, KafkaTimeouts, topic_config
 from tests.log import kafka_support
+from tests.log.conftest import KAFKA_SESSION_MS as SESSION_MS
 from tests.support import wait_until
 
 pytestmark = [
@@ -43,28 +44,12 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-# The mock's KIP-848 session timeout for these tests: short, so takeovers stay quick.
-SESSION_MS = 3000
 TAKEOVER_BOUND_S = 3 * SESSION_MS / 1000 + 5
 
 # Kafka protocol error codes, injected into produce responses.
 MESSAGE_TOO_LARGE = 10
 TOPIC_AUTHORIZATION_FAILED = 29
 NOT_LEADER_OR_FOLLOWER = 6
-
-
-@pytest.fixture(scope="session")
-def kafka_host():
-    host = kafka_support.shared_host()
-    yield host
-    kafka_support.stop_shared_host()
-
-
-@pytest.fixture
-def cluster(kafka_host):
-    cluster = kafka_host.new_cluster(SESSION_MS)
-    yield cluster
-    cluster.close()
 
 
 @pytest.fixture

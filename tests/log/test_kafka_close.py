@@ -33,7 +33,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSION_MS = 3000
 LONG_SESSION_MS = 40_000
 ROUNDS = 3
 MEMBERS = 8
@@ -57,20 +56,6 @@ for index, topic in enumerate(topics):
 log.close()
 print("done", flush=True)
 """
-
-
-@pytest.fixture(scope="module")
-def kafka_host():
-    host = kafka_support.shared_host()
-    yield host
-    kafka_support.stop_shared_host()
-
-
-@pytest.fixture
-def cluster(kafka_host):
-    cluster = kafka_host.new_cluster(SESSION_MS)
-    yield cluster
-    cluster.close()
 
 
 def test_leaving_with_an_unpolled_assignment_never_freezes_the_process(cluster):
