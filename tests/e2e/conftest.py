@@ -6,6 +6,7 @@ starts is stopped by PID when the test ends, whatever happened.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
+from pushjobs.tomlwrite import toml_text
 from tests.support import wait_until
 
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
@@ -108,6 +110,15 @@ class Fleet:
     def close(self) -> None:
         self.reconnect()
         self.sandbox.stop()
+
+
+def impatient_client_config(fleet: Fleet, path: Path, timeout_s: float = 1.0) -> Path:
+    """A copy of ``fleet``'s client config at ``path`` whose calls give up after
+    ``timeout_s``: for tests of what the CLI says once no server answers, not of when."""
+    config = tomllib.loads(fleet.sandbox.client_config_path.read_text())
+    config["client"]["timeout_s"] = timeout_s
+    path.write_text(toml_text(config))
+    return path
 
 
 def make_fleet(tmp_path: Path, **options: Any) -> Fleet:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.main import app
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import Fleet, impatient_client_config
 
 runner = CliRunner()
 
@@ -121,10 +121,13 @@ def test_missing_client_config_says_what_to_create(tmp_path: Path) -> None:
     assert "file not found" in result.stderr
 
 
-def test_unreachable_server_exits_6(shared_fleet: Fleet) -> None:
-    code, _, err = cli(shared_fleet, "node", "list", "--server", "tcp://127.0.0.1:1")
-    assert code == Exit.UNREACHABLE
-    assert "no answer" in err
+def test_unreachable_server_exits_6(shared_fleet: Fleet, tmp_path: Path) -> None:
+    config = impatient_client_config(shared_fleet, tmp_path / "client.toml")
+    result = runner.invoke(
+        app, ["node", "list", "--server", "tcp://127.0.0.1:1"], env={"PUSHJOBS_CONFIG": str(config)}
+    )
+    assert result.exit_code == Exit.UNREACHABLE
+    assert "no answer" in result.stderr
 
 
 def test_quickstart_runs_a_real_job_and_leaves_nothing_behind(tmp_path: Path) -> None:

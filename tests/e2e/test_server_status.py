@@ -19,7 +19,7 @@ from keys.registry import KeyRegistry
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.sandbox import ready_fields
 from pushjobs.transport.sockets import CurveKeys, Transport
-from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import Fleet, impatient_client_config, make_fleet
 from tests.support import wait_until
 
 GARBAGE = 25
@@ -148,8 +148,21 @@ def test_prometheus_endpoint_serves_the_same_figures(fleet: Fleet) -> None:
     assert "process_resident_memory_bytes" in families
 
 
-def test_server_status_against_no_server_is_one_line_and_exit_6(fleet: Fleet) -> None:
-    done = pushjobs(fleet, "server", "status", "--server", "tcp://127.0.0.1:9", "--json")
+STATUS_OF_NO_SERVER = ("server", "status", "--server", "tcp://127.0.0.1:9", "--json")
+
+
+def test_server_status_against_no_server_is_one_line_and_exit_6(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    config = impatient_client_config(fleet, tmp_path / "client.toml")
+    done = subprocess.run(
+        [sys.executable, "-m", "pushjobs.cli.main", *STATUS_OF_NO_SERVER],
+        env={**fleet.sandbox.env(), "PUSHJOBS_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == Exit.UNREACHABLE
     assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
 
