@@ -9,7 +9,7 @@ For each size it generates a realistic history (``pushjobs.pipeline.demo``: 500 
   ``--approx``, then a window of the last day only (``--since``), with the share of the
   Parquet bytes that window reads;
 - DuckDB (a dev/bench dependency only), the same tables written independently in SQL
-  over the same files: the baseline of what one machine can do;
+  over the same files, the faster of two runs: the baseline of what one machine can do;
 - the single-process reference (``metrics.compute``) over the same Parquet read with
   pyarrow, batch by batch.
 
@@ -380,6 +380,10 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         count, gen_s = generate(size, root)
     print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
     cpu = CpuClock(spark)
+    # DuckDB twice, the faster run counted: its first run right after a Spark report took
+    # up to three times as long (13.9 s against 4.2 at 10M events, its own CPU 11.9 s
+    # against 6.8), an effect of the JVM beside it that flattered Spark's ratio.
+    duck, k_took, k_cpu = min((_duckdb_timed(cpu, root) for _ in range(2)), key=lambda r: r[1])
     c0, (g0, j0) = cpu(), cpu.overhead()
     s_report, s_took = on_spark(spark, root)
     s_cpu = cpu() - c0
@@ -401,9 +405,6 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         f"{100 * bytes_read(root, day, day + demo.DAY_MS):.1f}% of the bytes "
         f"({d_report.events} events in the window)"
     )
-    c0 = cpu()
-    duck, k_took = on_duckdb(root)
-    k_cpu = cpu() - c0
     print(
         f"  duckdb:         {k_took:7.2f} s   spark/duckdb {s_took / k_took:.2f}; "
         f"{k_cpu:.1f} CPU s, spark/duckdb in CPU {s_cpu / k_cpu:.2f}"
@@ -427,6 +428,12 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         "single": p_took,
         "verdict": verdict,
     }
+
+
+def _duckdb_timed(cpu: CpuClock, root: Path) -> tuple[dict[str, Any], float, float]:
+    c0 = cpu()
+    tables, took = on_duckdb(root)
+    return tables, took, cpu() - c0
 
 
 def _du(path: Path) -> str:
