@@ -42,14 +42,11 @@ from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
 from server.awaiting import AwaitingNodes, Unheard
 from server.batch import BatchSpec, Window
-from server.effects import Effect, JobChanged, NodeChanged, Send
+from server.effects import Effect, JobChanged, Send
 from server.rolling import RollingBatch
 from server.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot, NodeRecord
 from server.snapshot import node_from_json as _node_from_json
-from server.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
-
-MAX_REASON_CHARS = 500
-
+from server.transitions import JOB_TRANSITIONS, JobEvent, NodeEvent
 
 __all__ = ["Job", "NodeRecord"]
 
@@ -136,39 +133,6 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         if new in TERMINAL_JOB_STATES:
             self.finished_ms = now_ms
             self._rows.clear()  # written at most once more: a kept finished job holds no cache
-
-    def _node(
-        self,
-        node: str,
-        event: NodeEvent,
-        now_ms: int,
-        out: list[Effect],
-        *,
-        exit_status: int | None = None,
-        reason: str = "",
-    ) -> None:
-        record = self.nodes.get(node)
-        if record is None:
-            raise StateError(f"job {self.job_id}: {node} is not a target")
-        new = NODE_TRANSITIONS.get((record.state, event))
-        if new is None:
-            raise StateError(f"job {self.job_id}: {node} cannot {event} while {record.state}")
-        out.append(NodeChanged(self.job_id, node, record.state, new, now_ms, exit_status, reason))
-        self._rows.pop(node, None)
-        self._counts[record.state] -= 1
-        self._counts[new] += 1
-        record.state = new
-        record.changed_ms = now_ms
-        if exit_status is not None:
-            record.exit_status = exit_status
-        if reason:
-            # Reasons are for people; a bound keeps every snapshot chunk under the log's
-            # value limit whatever a node or a command line says.
-            record.reason = reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS]
-        if event in (NodeEvent.ACK_COMMIT, NodeEvent.NACK_COMMIT):
-            record.voted_ms = now_ms
-        if new in TERMINAL_NODE_STATES:
-            record.finished_ms = now_ms
 
     # --- inputs -------------------------------------------------------------------------
 

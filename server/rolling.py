@@ -12,8 +12,6 @@ Killed at any line: nothing here is durable; ``Window`` is rebuilt from the node
 
 from __future__ import annotations
 
-from collections import Counter
-
 from pushjobs.states import JobState, NodeState
 from server.batch import FAILURE_STATES, Window, next_start_ms, plan
 from server.effects import Effect, Send
@@ -28,7 +26,6 @@ class RollingBatch(MovesNodes):
 
     run_timeout_ms: int
     state: JobState
-    _counts: Counter[NodeState]
     _window: Window | None
     _floor_ms: int
 
