@@ -288,8 +288,10 @@ class Sandbox:
         args: Sequence[str] = (),
         enroll: bool = True,
         timeout_s: float = 60.0,
+        apis: Sequence[str] = (),
     ) -> Proc:
-        """A ``pushjobs simulate run`` process playing ``nodes`` nodes (enrolled first).
+        """A ``pushjobs simulate run`` process playing ``nodes`` nodes (enrolled first),
+        against ``apis`` in that order (default: this sandbox's server).
 
         Its stdin is a pipe: ``Proc.send_line`` controls it, ``Proc.read_line`` reads its
         answers.
@@ -298,22 +300,10 @@ class Sandbox:
             KeyRegistry(self.registry_path).add_many(
                 SimKeys().publics(first, nodes), state=KeyState.ACCEPTED
             )
-        argv = [
-            sys.executable,
-            "-m",
-            "pushjobs.cli.main",
-            "simulate",
-            "run",
-            "--api",
-            self.api,
-            "--server-key",
-            str(self.keys_dir / "server.pub"),
-            "--nodes",
-            str(nodes),
-            "--first",
-            str(first),
-            *args,
-        ]
+        argv = [sys.executable, "-m", "pushjobs.cli.main", "simulate", "run"]
+        argv += [f"--api={api}" for api in apis or [self.api]]
+        argv += ["--server-key", str(self.keys_dir / "server.pub"), "--nodes", str(nodes)]
+        argv += ["--first", str(first), *args]
         proc = self._spawn(name, argv, stdin=True)
         self.procs[name] = proc
         await_ready(proc, "pushjobs-simulate", timeout_s)

@@ -96,3 +96,13 @@ def test_simulate_refuses_a_missing_server_key_with_the_clis_exit_code(tmp_path)
     )  # fmt: skip
     assert result.returncode == int(for_error(KeyFileError("missing")))
     assert "missing.pub" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_simulate_refuses_an_api_that_names_no_endpoint(tmp_path):
+    (tmp_path / "server.pub").write_text("x")
+    result = pushjobs(
+        "simulate", "run", "--api", " , ", "--server-key", "server.pub", "-n", "1",
+        env_home=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "give at least one endpoint" in result.stderr and "Traceback" not in result.stderr

@@ -19,6 +19,7 @@ import typer
 
 from pushjobs import paths
 from pushjobs.cli.render import handle_errors, print_json
+from pushjobs.cli.userconfig import split_endpoints
 
 app = typer.Typer(
     help="A simulated fleet: many nodes speaking the real protocol from one process.",
@@ -116,7 +117,13 @@ def enroll(
 @handle_errors
 def run(
     api: Annotated[
-        str, typer.Option("--api", help="The server's API endpoint, e.g. tcp://127.0.0.1:4650.")
+        list[str],
+        typer.Option(
+            "--api",
+            help="A server's API endpoint, e.g. tcp://127.0.0.1:4650; repeat it (or separate "
+            "by commas) for each server of an installation with a standby: the simulated "
+            "fleet follows the leader.",
+        ),
     ],
     server_key: Annotated[
         Path, typer.Option("--server-key", help="The server's public key file (server.pub).")
@@ -172,8 +179,12 @@ def run(
     Example: pushjobs simulate enroll --nodes 1000 && \\
     pushjobs simulate run --api tcp://127.0.0.1:4650 --server-key keys/server.pub -n 1000
     """
+    endpoints = split_endpoints(api)
+    if not endpoints:
+        raise typer.BadParameter("give at least one endpoint", param_hint="--api")
     settings = {
-        "api": api,
+        "api": endpoints[0],
+        "servers": endpoints[1:],
         "server_key": str(server_key.resolve()),
         "nodes": nodes,
         "first": first,

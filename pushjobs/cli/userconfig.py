@@ -36,6 +36,12 @@ server_key = "/etc/pushjobs/server.pub"
 user_key = "~/.config/pushjobs/alice.key\""""
 
 
+def split_endpoints(texts: Iterable[str]) -> list[str]:
+    """The endpoints named in ``texts``, in order; each text may hold several, separated by
+    commas or spaces."""
+    return [e for text in texts for e in re.split(r"[,\s]+", text) if e]
+
+
 @dataclass(frozen=True, slots=True)
 class ClientSection:
     server: str | list[str] = ""
@@ -49,8 +55,7 @@ class ClientSection:
 
     def endpoints(self) -> list[str]:
         """Every server API endpoint named, in order (a string may hold several, by commas)."""
-        named = [self.server] if isinstance(self.server, str) else self.server
-        return [e for text in named for e in re.split(r"[,\s]+", text) if e]
+        return split_endpoints([self.server] if isinstance(self.server, str) else self.server)
 
 
 @dataclass(frozen=True, slots=True)

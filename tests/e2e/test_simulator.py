@@ -42,11 +42,11 @@ def mixed(tmp_path: Path):
 
 def test_a_simulator_sent_to_a_standby_follows_it_to_the_leader(tmp_path: Path) -> None:
     # The standby answers every config request "not the leader" and names the leader: the
-    # fleet moves there at once, as an agent does (DESIGN section 9).
+    # fleet moves there at once, as an agent does.
     fleet = make_fleet(tmp_path, nodes=[])
     try:
         standby = api_of(start_second_server(fleet.sandbox))
-        sim = fleet.sandbox.start_simulator("sim", 3, args=["--api", standby])
+        sim = fleet.sandbox.start_simulator("sim", 3, apis=[standby])
         configured = sim.read_line(30)
         assert configured.startswith("pushjobs-simulate configured nodes=3"), configured
         fleet.wait_online(SIMS)
@@ -61,9 +61,9 @@ def test_a_simulator_sent_to_a_standby_follows_it_to_the_leader(tmp_path: Path) 
 
 
 def test_a_simulator_moves_to_the_new_leader_when_its_leader_dies(tmp_path: Path) -> None:
-    # Both servers listed (as ``--api`` given twice will say): the leader killed, its
-    # heartbeats stop, and after a few silent offline windows the fleet asks the next
-    # server, which has taken the lease by then.
+    # Both servers listed (``--api`` given twice): the leader killed, its heartbeats stop,
+    # and after a few silent offline windows the fleet asks the next server, which has
+    # taken the lease by then.
     fleet = make_fleet(tmp_path, nodes=[])
     sandbox = fleet.sandbox
     try:
@@ -71,14 +71,9 @@ def test_a_simulator_moves_to_the_new_leader_when_its_leader_dies(tmp_path: Path
         KeyRegistry(sandbox.registry_path).add_many(
             SimKeys().publics(0, 3), state=KeyState.ACCEPTED
         )
-        settings = {
-            "api": sandbox.api,
-            "servers": [standby],
-            "server_key": str(sandbox.keys_dir / "server.pub"),
-            "nodes": 3,
-            "behaviour": {},
-        }
-        argv = [sys.executable, "-m", "agent.simmain", json.dumps(settings)]
+        argv = [sys.executable, "-m", "pushjobs.cli.main", "simulate", "run"]
+        argv += ["--api", sandbox.api, "--api", standby, "--nodes", "3"]
+        argv += ["--server-key", str(sandbox.keys_dir / "server.pub")]
         sim = sandbox.procs["sim"] = spawn(
             "sim",
             argv,
