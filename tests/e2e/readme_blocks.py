@@ -1,0 +1,271 @@
+"""Running README.md's recipes as written: its sections' code blocks, in order.
+
+A section's ```toml blocks are written to the files their comment lines name (a block may
+name several: ``# ~/.config/pushjobs/config.toml`` starts the next file); a file that
+exists already gets only the keys the block shows, the lines a reader changes. Every
+```sh line is run by bash, with its ``\\`` continuations joined (``NAME=$(...)`` keeps its
+output for the lines after it), and the long-running programs it starts (``DAEMONS``) run
+in the background until the test ends, each waited for until its ready line.
+
+Only what must differ on a test machine is replaced, all in ``replacements``: the hosts
+become 127.0.0.1, the ports free ones, ``/etc/pushjobs`` and ``/var/lib/pushjobs``
+directories of the test, ``~`` a home of the test, ``.venv/bin/`` this
+interpreter's directory. A test adds its own (a smaller fleet) and says why. Waits stand
+for a person reading the output before going on (``waits``: a line starting with a key
+runs once its condition holds). If the README changes, the tests run the new text; if a
+command in it cannot work, they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+
+from pushjobs.childproc import Proc, await_ready, spawn, stop_all
+from pushjobs.sandbox import free_port
+from tests.support import wait_until
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+FLEET = "## Running a real fleet"
+# The programs a recipe leaves running, and the first word of each one's ready line.
+DAEMONS = {
+    "pushjobs-server": "pushjobs-server",
+    "pushjobs-agent": "pushjobs-agent",
+    "pushjobs simulate run": "pushjobs-simulate",
+}
+BLOCK = re.compile(r"^```(toml|sh)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+ASSIGNMENT = re.compile(r"^([A-Z_]+)=\$\((.*)\)$")
+FILE_LINE = re.compile(r"^# ([~/]\S*\.toml):?(\s|$)")
+KEY_LINE = re.compile(r"^([A-Za-z0-9_.\"-]+)\s*=")
+# The README's ports: server A, server B (``server-b.toml``), the node, the metrics.
+PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7800", "9464", "9465")
+
+Wait = Callable[["Walkthrough"], bool]
+
+
+def section(text: str, heading: str) -> str:
+    """The section's text, up to the next heading of its level or one below."""
+    start = text.index(heading)
+    end = re.search(r"^#{2,3} ", text[start + len(heading) :], re.MULTILINE)
+    return text[start : start + len(heading) + end.start()] if end else text[start:]
+
+
+def blocks(text: str, heading: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(section(text, heading))]
+
+
+def commands(body: str) -> list[str]:
+    """A sh block's commands: continuations joined, blank and comment lines dropped."""
+    joined = re.sub(r"\\\n\s*", "", body)
+    return [
+        line.strip()
+        for line in joined.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def files(body: str) -> list[tuple[str, str]]:
+    """A toml block's files: each starts at a comment line naming it."""
+    found: list[tuple[str, list[str]]] = []
+    for line in body.splitlines(keepends=True):
+        named = FILE_LINE.match(line)
+        if named:
+            found.append((named.group(1), []))
+        assert found, f"a toml block names its file first: {line!r}"
+        found[-1][1].append(line)
+    return [(name, "".join(lines)) for name, lines in found]
+
+
+def replacements(root: Path) -> list[tuple[str, str]]:
+    """What differs on a test machine: hosts, ports, directories. Nothing else."""
+    ports = {port: str(free_port()) for port in PORTS}
+    return [
+        ("0.0.0.0", "127.0.0.1"),
+        ("10.0.0.5", "127.0.0.1"),
+        ("10.0.0.21", "127.0.0.1"),
+        *((f"127.0.0.1:{port}", f"127.0.0.1:{free}") for port, free in ports.items()),
+        ("/etc/pushjobs", str(root / "etc")),
+        ("/var/lib/pushjobs", str(root / "var")),
+        (".venv/bin/", f"{Path(sys.executable).parent}/"),
+    ]
+
+
+def environment(root: Path) -> dict[str, str]:
+    """A user on a fresh machine: no pushjobs variables, a home of its own; the daemons'
+    default directories moved where ``replacements`` moved them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PUSHJOBS_", "XDG_"))}
+    env["HOME"] = str(root / "home")
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["PUSHJOBS_CONFIG_DIR"] = str(root / "etc")  # /etc/pushjobs
+    env["PUSHJOBS_HOME"] = str(root / "var")  # /var/lib/pushjobs, the agent's state as root
+    return env
+
+
+class Walkthrough:
+    def __init__(
+        self,
+        root: Path,
+        waits: Mapping[str, Wait] | None = None,
+        extra: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.root = root
+        self.replace = [*extra, *replacements(root)]
+        self.env = environment(root)
+        self.waits = dict(waits or {})
+        self.procs: list[Proc] = []
+        self.commands: dict[int, str] = {}  # id(proc): its command line
+        self.outputs: dict[str, str] = {}
+        (root / "home").mkdir(parents=True)
+        (root / "logs").mkdir()
+
+    def apply(self, text: str) -> str:
+        for old, new in self.replace:
+            text = text.replace(old, new)
+        return text
+
+    def path(self, name: str) -> Path:
+        return Path(self.apply(name).replace("~", self.env["HOME"], 1))
+
+    def write(self, block: str) -> list[Path]:
+        """Each file the block names: written whole, or, if it exists, its keys changed."""
+        written = []
+        for name, text in files(block):
+            path = self.path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            body = self.apply(text)
+            path.write_text(merge(path.read_text(), body) if path.exists() else body)
+            written.append(path)
+        return written
+
+    def block(self, kind: str, body: str) -> None:
+        if kind == "toml":
+            self.write(body)
+            return
+        for line in commands(body):
+            self.run(line)
+
+    def run(self, line: str, codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        command = self.apply(line)
+        daemon = next((d for d in DAEMONS if command.startswith(d)), None)
+        if daemon:
+            self.start(daemon, command)
+            return subprocess.CompletedProcess(command, 0, "", "")
+        for prefix, ready in self.waits.items():
+            if command.startswith(prefix):
+                wait_until(partial(ready, self), 30.0, 0.2)
+        assignment = ASSIGNMENT.match(command)
+        result = self.bash(assignment.group(2) if assignment else command)
+        assert result.returncode in codes, f"{line}\nexit {result.returncode}\n{result.stderr}"
+        self.outputs[line] = result.stdout
+        if assignment:
+            self.env[assignment.group(1)] = result.stdout.strip()
+        return result
+
+    def bash(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=self.root,
+            timeout=120,
+            check=False,
+        )
+
+    def start(self, daemon: str, command: str) -> Proc:
+        name = DAEMONS[daemon]
+        log = self.root / "logs" / f"{name}-{len(self.procs)}.log"
+        # A simulator reads control lines on stdin, a terminal's that stays open.
+        argv = shlex.split(command, comments=True)
+        proc = spawn(name, argv, log, env=self.env, cwd=self.root, stdin=daemon != name)
+        self.procs.append(proc)
+        self.commands[id(proc)] = command
+        await_ready(proc, name, 30.0)
+        return proc
+
+    def daemon(self, name: str, index: int = 0) -> Proc:
+        """The ``index``-th process started under ``name`` (``pushjobs-server``...)."""
+        return [p for p in self.procs if p.name == name][index]
+
+    def restart(self, proc: Proc) -> Proc:
+        """Stop ``proc`` (SIGTERM, a clean stop) and start its command again."""
+        stop_all([proc], 5.0)
+        command = self.commands[id(proc)]
+        return self.start(next(d for d in DAEMONS if command.startswith(d)), command)
+
+    def json(self, command: str) -> object:
+        result = self.bash(f"{command} --json")
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    def output(self, prefix: str) -> str:
+        """What the first README line starting with ``prefix`` printed (``.venv/bin/``
+        aside)."""
+        return next(
+            out
+            for line, out in self.outputs.items()
+            if line.removeprefix(".venv/bin/").startswith(prefix)
+        )
+
+    def close(self) -> None:
+        stop_all(self.procs, 5.0)
+
+
+def merge(existing: str, fragment: str) -> str:
+    """``existing`` with each ``key = value`` line of ``fragment`` put in its table: the
+    line of that key replaced, or added under the table's header."""
+    lines = existing.splitlines()
+    table = ""
+    for line in fragment.splitlines():
+        if line.startswith("["):
+            table = line.strip()
+            continue
+        key = KEY_LINE.match(line)
+        if key:
+            lines = put(lines, table, key.group(1), line)
+    return "\n".join(lines) + "\n"
+
+
+def put(lines: list[str], table: str, key: str, new: str) -> list[str]:
+    start = lines.index(table) + 1 if table else 0
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("[")), len(lines))
+    for i in range(start, end):
+        found = KEY_LINE.match(lines[i])
+        if found and found.group(1) == key:
+            return [*lines[:i], new, *lines[i + 1 :]]
+    return [*lines[:start], new, *lines[start:]]
+
+
+def pending(name: str) -> Wait:
+    def ready(walk: Walkthrough) -> bool:
+        keys = walk.json("pushjobs key list --state pending")
+        return isinstance(keys, list) and any(k["name"] == name for k in keys)
+
+    return ready
+
+
+def online(walk: Walkthrough) -> bool:
+    nodes = walk.json("pushjobs node list")
+    return isinstance(nodes, dict) and all(n["online"] for n in nodes["nodes"])
+
+
+FLEET_WAITS: dict[str, Wait] = {
+    "pushjobs key accept": pending("web-01"),
+    "pushjobs job start": online,
+}
+
+
+def set_up_fleet(walk: Walkthrough) -> None:
+    """ "Running a real fleet" up to its node accepted and online: one server, the node
+    ``web-01``, the operator ``alice``; the sections that build on it start here."""
+    for kind, body in blocks(README.read_text(), FLEET):
+        if kind == "sh" and commands(body)[0].startswith("pushjobs node list"):
+            break  # "Then:": the jobs
+        walk.block(kind, body)
+    wait_until(partial(online, walk), 30.0, 0.2)
