@@ -11,7 +11,7 @@ Theory of operation. Discovery is due
 - after a long silence: ``silence_factor`` offline windows with no heartbeat;
 - at once when the server says this node's session is over (``request``);
 - when the server's heartbeats say it does not lead, ``NOT_LEADING_BEATS`` in a row
-  (``leader_beat``): it was deposed, or stands by through a log outage (DESIGN section 9).
+  (``leader_beat``): it was deposed, or stands by through a log outage.
 
 Which server to ask. Each attempt asks the next configured server in turn, starting at
 the one that gave the current config (its config lifetime ended, it restarted: it is

@@ -1,4 +1,4 @@
-"""The key registry in the ordered log: the compacted ``keys`` topic (DESIGN section 4).
+"""The key registry in the ordered log: the compacted ``keys`` topic.
 
 Theory of operation. Each name is one record, key ``key:<name>``, whose value holds every
 entry of that name: its main entry and the denied one folded under it (``keys.registry``

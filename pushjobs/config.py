@@ -52,7 +52,7 @@ class ProtocolSettings:
 
 @dataclass(frozen=True, slots=True)
 class LivenessSettings:
-    """Heartbeat interval and the thresholds of DESIGN section 5."""
+    """Heartbeat interval and the online/offline thresholds, in intervals."""
 
     interval_s: float = 1.0
     offline_threshold: int = 3

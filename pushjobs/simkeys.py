@@ -4,7 +4,7 @@ Each simulated node has its own Ed25519 identity (it signs its config requests, 
 registry holds one entry per node, as for real agents). All nodes of a simulated fleet
 share one CurveZMQ key: a simulator process serves every node it plays on one command
 socket, and a CurveZMQ server socket has exactly one key, so the server keeps one command
-socket per simulator process (DESIGN section 3: per distinct endpoint and key).
+socket per simulator process (one per distinct endpoint and key).
 
 The keys are a function of the seed: whoever knows the seed can act as any simulated
 node. That is the point for a benchmark, and the reason a real registry accepts them only

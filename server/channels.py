@@ -1,4 +1,4 @@
-"""The server's sockets (DESIGN section 3) and its pool of per-endpoint command sockets.
+"""The server's sockets and its pool of per-endpoint command sockets.
 
     API        ROUTER, bound, CurveZMQ server (any client key: the registry decides; a
                stranger's key only while its source holds fewer open connections than

@@ -19,7 +19,7 @@ job's vote or run deadline, the lease, a parked watch), then:
 So a command on the wire always follows its durable cause, and a crash at any point
 loses nothing the log did not already have; each component says what a kill does to it.
 
-The server's own stall is never a node's silence (DESIGN section 5). A turn that starts
+The server's own stall is never a node's silence. A turn that starts
 later than its poll allowed, or follows a turn whose work took long, means the server was
 not reading (SIGSTOP, a swap storm, a slow disk): when that exceeds an interval, every
 node's offline deadline and every job deadline moves later by the stall (``stalled``).

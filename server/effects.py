@@ -2,7 +2,7 @@
 
 ``JobChanged`` and ``NodeChanged`` become snapshot and event records (``records.py``);
 a ``Send`` becomes a signed command on the node's command socket, and only after every
-change before it is durable (DESIGN section 7).
+change before it is durable.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ heartbeat) is denied, and logged naming both; ``node status`` shows it for a min
 agent that restarts on the same endpoint is the same agent; one that restarts on a new
 port is admitted as soon as its old self has missed a heartbeat.
 
-A standby serves no node (DESIGN section 9): it answers every config request
+A standby serves no node: it answers every config request
 ``not_leader``, naming the leader's API endpoint when the control topic knows it
 (``membership.py``), and admits nobody: the agent asks the leader instead.
 

@@ -1,4 +1,4 @@
-"""The job state machine: one job over its target nodes (DESIGN section 6). Pure.
+"""The job state machine: one job over its target nodes. Pure.
 
 Theory of operation. A job starts ``new``. ``start`` marks the nodes that are offline
 ``unavailable`` (right after a takeover, those not heard yet are waited for instead:
@@ -24,7 +24,7 @@ Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. Every change is returned as an ``Effect``:
 ``NodeChanged`` / ``JobChanged`` to persist, ``Send`` for commands to deliver, in that
-order, so the daemon can write the log before it sends (DESIGN section 7).
+order, so the daemon can write the log before it sends.
 
 Time is wall milliseconds (``now_ms``), because deadlines are persisted in snapshots and
 must survive a server restart.
@@ -200,7 +200,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         return self._finish_node(node, NodeEvent.ABORTED, now_ms, None, reason)
 
     def node_lost(self, node: str, now_ms: int, reason: str) -> list[Effect]:
-        """The node went offline or restarted: in-flight means crashed (DESIGN section 5)."""
+        """The node went offline or restarted: in-flight means crashed."""
         record = self.nodes.get(node)
         if record is None or record.state in TERMINAL_NODE_STATES:
             return []

@@ -1,6 +1,6 @@
 """The server's key registry: where it lives (the log or a file) and who may write it.
 
-Theory of operation. With ``key_store = "log"`` (the default, DESIGN section 4) the
+Theory of operation. With ``key_store = "log"`` (the default) the
 registry is the ordered log's ``keys`` topic (``keys.logstore``), so every server of an
 installation, on any host that reaches the log, sees the same keys. At start, a
 ``registry.json`` beside a ``keys`` topic that never held a record is imported once

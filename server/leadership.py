@@ -2,7 +2,7 @@
 
 Theory of operation. Every server of an installation is a member of one group on the
 ordered log; the log grants the lease to one member at a time and gives it an epoch that
-grows with each new holder (DESIGN section 9). ``renew`` polls the lease a third of a
+grows with each new holder. ``renew`` polls the lease a third of a
 session apart and says what changed: ``TOOK_OVER`` when this server became leader (or the
 epoch moved under it), ``DEPOSED`` when it lost the lease. ``append`` writes with the fence
 of the current epoch, so a deposed leader's late write is refused by the log itself; a

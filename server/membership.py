@@ -13,7 +13,7 @@ Who leads, as far as the control topic knows (``Roster.leader``): of the records
 than ``stale_ms`` (1.5 lease sessions: a leader writes every third of one, and its lease
 is surely gone a session after its last poll) whose role is ``leader``, the one with the
 highest epoch, then the newest. A standby names that server's API endpoint to the agents
-and clients it refuses (DESIGN section 9); it never names itself, and when it knows of no
+and clients it refuses; it never names itself, and when it knows of no
 leader (just deposed, or woken from a pause) it reads the topic again before it answers,
 at most once per renewal period (``leader_api``). This is advice, not authority: the
 lease and the epoch fence decide who leads, and a client sent to a server that is no

@@ -4,7 +4,7 @@ Heartbeats arrive already verified (``Inbox``); the table records the node's com
 endpoint, facts and current job, feeds the shared liveness tracker and turns what it sees
 into events the daemon logs and the job coordinator acts on:
 
-- ``NodeOnline`` / ``NodeOffline`` at the thresholds of DESIGN section 5;
+- ``NodeOnline`` / ``NodeOffline`` at the liveness thresholds (``pushjobs.protocol.liveness``);
 - ``NodeRestarted`` when a node's incarnation changed: its in-flight job is crashed.
 
 Time is monotonic seconds for liveness, as everywhere inside.

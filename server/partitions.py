@@ -1,6 +1,6 @@
 """This server's share of the schedule partitions, as the ordered log's group assigns it.
 
-Theory of operation (DESIGN section 10). Every server, leader or standby, is a member of
+Theory of operation. Every server, leader or standby, is a member of
 the ``schedulers`` group over every partition topic (``OrderedLog.group``): the log
 assigns the partitions to the group's live members, evenly, and moves them when servers
 join or leave (Kafka's group protocol on Kafka; the same assignment emulated on the

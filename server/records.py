@@ -1,6 +1,6 @@
 """What the server writes to the ordered log: event records and job snapshots. Pure.
 
-Event record (DESIGN section 7), one per state change, keyed ``job:<id>`` or
+Event record, one per state change, keyed ``job:<id>`` or
 ``node:<name>``: ``ts``, ``kind`` (job_created, job_state, node_state, node_online,
 node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.

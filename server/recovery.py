@@ -1,4 +1,4 @@
-"""Bootstrap from the ordered log: the jobs a new leader takes over (DESIGN section 7).
+"""Bootstrap from the ordered log: the jobs a new leader takes over.
 
 Every job's latest snapshot is in ``assignments``; a start request in ``commands`` with no
 snapshot means the previous leader died between accepting the request and starting it.

@@ -1,6 +1,6 @@
 """Every schedule of every partition, as the leader reads them: for the API and for starts.
 
-Theory of operation (DESIGN section 10). The leader reads every partition topic whole when
+Theory of operation. The leader reads every partition topic whole when
 it takes over (``load``) and then follows each one (``follow``): the definitions it wrote
 itself, and the fire records each partition's owner writes. A fire record's ``pending``
 fires are start requests: ``follow`` returns them, and the scheduler starts each under its

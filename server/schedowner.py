@@ -1,6 +1,6 @@
 """The schedules of the partitions this server owns: armed, fired, each fire written fenced.
 
-Theory of operation (DESIGN section 10). Every server, leader or standby, owns some
+Theory of operation. Every server, leader or standby, owns some
 partitions (``partitions.py``). Gaining one, it reads the partition back (``load``: each
 schedule's definition and fire state) and arms its schedules in one heap with those of its
 other partitions (``firing.py``). It follows the definitions the leader writes there

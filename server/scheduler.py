@@ -1,6 +1,6 @@
 """Schedules over the servers: each fired by its partition's owner, started by the leader.
 
-Theory of operation (DESIGN section 10). Schedules live in P partition topics
+Theory of operation. Schedules live in P partition topics
 (``shards.py``). Every server, leader or standby, owns the partitions the ordered log's
 ``schedulers`` group assigns it (``partitions.py``, polled a third of a lease session
 apart) and fires their schedules (``schedowner.py``): a fire is a ``fire:<id>`` record written

@@ -1,6 +1,6 @@
 """Which partition a schedule lives in. Pure.
 
-Theory of operation (DESIGN section 10). The ``schedules`` topic is split into P partition
+Theory of operation. The ``schedules`` topic is split into P partition
 topics, ``<schedules>.0`` .. ``<schedules>.<P-1>``; a schedule's id hashes to one of them
 (SHA-256, so every server and every version agrees). The topic named ``<schedules>``
 itself, where the single-owner version kept every schedule, stays one more partition

@@ -15,7 +15,7 @@ it), instead of ``Unreachable`` after the whole timeout. The same monitor shows 
 that hangs up while a call waits on it (``pushjobs.api.disconnects``: its process died):
 the call gives up at once, as it would after silence, instead of waiting out its budget.
 
-Several servers (DESIGN section 9). A client may be given several API endpoints: one
+Several servers. A client may be given several API endpoints: one
 leads, the others stand by and refuse ``job.*`` and ``node.*`` requests with
 ``not_leader``, naming the leader's endpoint when they know it. ``call`` follows: after a
 refusal it asks the named leader (signed by the server key, so trusted even when it is

@@ -1,1 +1,1 @@
-"""The ordered log with Kafka semantics (DESIGN section 7)."""
+"""The ordered log with Kafka semantics."""

@@ -1,4 +1,4 @@
-"""The ordered log: the one interface every backend implements (DESIGN section 7).
+"""The ordered log: the one interface every backend implements.
 
 Theory of operation. A topic is a single partition: records get gap-free offsets 0, 1,
 2... in append order. ``append`` returns only once the record is durable. Compacted topics

@@ -1,4 +1,4 @@
-"""The standard topics of DESIGN section 7, their policies, and the call that creates them.
+"""The standard topics, their policies, and the call that creates them.
 
 Every name carries a prefix (default ``pushjobs.``), so several installations, or tests,
 can share one cluster without seeing each other's records.
@@ -52,7 +52,7 @@ SCHEDULES = StandardTopic(
     "schedule definition, its due times settled so far and its last fires",
     TopicPolicy(compacted=True),
 )
-# Every server of an installation reads the key registry from here (DESIGN section 4).
+# Every server of an installation reads the key registry from here.
 KEYS = StandardTopic(
     "keys",
     "key:<name>",

@@ -4,7 +4,7 @@ A fleet of ``nodes`` over ``days``: most nodes stay up and flap rarely, a few fl
 jobs of a few commands run on random subsets all day; votes take tens of milliseconds,
 runs take what their command takes, a few nodes are stragglers (several times slower),
 and failures, timeouts, crashes and nacks happen at rates that differ by command. The
-records are what the server writes (DESIGN section 7), with log offsets in emission order.
+records are what the server writes, with log offsets in emission order.
 """
 
 from __future__ import annotations

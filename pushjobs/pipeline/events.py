@@ -1,4 +1,4 @@
-"""The archived form of an event record (DESIGN section 7), and checking one record. Pure.
+"""The archived form of an event record, and checking one record. Pure.
 
 A record the server wrote to the ``events`` topic becomes one row with the log offset it
 had; a record that is not a usable event is *rejected* with a reason, never dropped

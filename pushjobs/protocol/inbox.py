@@ -1,6 +1,6 @@
 """Inbox: the receiving half of the protocol, frames in, a trusted message or a counted drop.
 
-``accept`` runs the checks of DESIGN section 4 in order (framing, sizes, signature, body,
+``accept`` runs the security checks in order (framing, sizes, signature, body,
 sender's key ownership, replay window and clock skew) and never raises for bad input: a
 message that fails is dropped and counted under a reason, so a daemon keeps serving and
 can report what it refused. Pure: the caller passes ``now_ms`` (wall time, as on the wire).

@@ -1,4 +1,4 @@
-"""Liveness tracker: online/offline with thresholds, driven by ``now`` (DESIGN section 5).
+"""Liveness tracker: online/offline with thresholds, driven by ``now``.
 
 Theory of operation. Peers send a heartbeat every ``interval_s``. Both the server (one
 entry per node) and the agent (one entry: the server) run this tracker.

@@ -1,6 +1,6 @@
-"""Every message of DESIGN section 3, as frozen, slotted dataclasses.
+"""Every message of the wire protocol, as frozen, slotted dataclasses.
 
-Each message carries the envelope of DESIGN section 4 (``sender``, ``incarnation``,
+Each message carries the signed envelope (``sender``, ``incarnation``,
 ``sequence``, ``timestamp`` in ms since the epoch) and a ``type`` tag that the codec
 writes on the wire. Field types are the schema: the codec (``codec.py``) compiles its
 validators from these annotations, so a field added here is validated and encoded with
@@ -199,7 +199,7 @@ class Ping(Message):
 
 # refused: not recorded at all (enrolment is full); the node may ask again later.
 # not_leader: a standing-by server serves no node; ``ConfigReply.leader`` names the
-# leader's API endpoint when this server knows it (DESIGN section 9).
+# leader's API endpoint when this server knows it.
 KeyStatus = Literal["accepted", "pending", "rejected", "denied", "refused", "not_leader"]
 
 

@@ -12,8 +12,8 @@ list of retired incarnations. A message is accepted when:
   one.
 
 ``check`` records what it accepts, so call it only after the signature verified. A new
-incarnation is reported to the caller (``Accepted.restarted``): DESIGN section 5 treats it
-as a restart of the peer.
+incarnation is reported to the caller (``Accepted.restarted``): liveness treats
+it as a restart of the peer.
 """
 
 from __future__ import annotations

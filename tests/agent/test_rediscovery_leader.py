@@ -1,4 +1,4 @@
-"""Which server an agent asks, and when it leaves one that does not lead (DESIGN section 9):
+"""Which server an agent asks, and when it leaves one that does not lead:
 the schedule's decisions, driven by a fake clock."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Two servers on one installation for the end-to-end tests: the sandbox's own server
 (``server``), and a second process (``server-b``) on the same log, keys and registry with
-ports of its own, which stands by while the first leads (DESIGN section 9).
+ports of its own, which stands by while the first leads.
 
 The second server's config is the first one's with its binds on ``tcp://127.0.0.1:*``;
 once it has bound, the ports it got are pinned in its file, so a restart comes back there.

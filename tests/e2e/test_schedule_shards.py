@@ -1,4 +1,4 @@
-"""Schedules sharded over real servers on one SQLite log (DESIGN section 10): two servers
+"""Schedules sharded over real servers on one SQLite log: two servers
 own and fire a share of the partitions each; the leader is killed -9, later a third server
 joins; every due time of every schedule produced exactly one job, and no node ran a job
 twice.

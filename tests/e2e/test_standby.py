@@ -1,5 +1,5 @@
 """Two servers, one log (SQLite, one host), real agents: the standby sends everyone to the
-leader, and a failover moves the fleet to the new one (DESIGN section 9).
+leader, and a failover moves the fleet to the new one.
 
 The agents list the standby first, so every path that used to stick to whichever server
 answered first is exercised: discovery, the leader flag of the heartbeats, config

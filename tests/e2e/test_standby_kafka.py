@@ -1,6 +1,6 @@
 """Two servers on one Kafka cluster (librdkafka's mock, in a process of its own), real
 agents: a failover finishes the job, two servers never act as leader at once, and an
-outage of every broker is waited out (DESIGN section 9).
+outage of every broker is waited out.
 
 The mock's group session is 3 s (the broker decides it on the consumer protocol); the
 servers renew their lease every 0.5 s (``leader_session_s`` 1.5 s in the sandbox).

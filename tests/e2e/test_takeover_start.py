@@ -1,7 +1,7 @@
-"""A job started the moment a standby takes over runs on the whole fleet (DESIGN
-sections 5 and 9): the new leader has heard no node yet, the agents are alive and move to
-it within a few intervals, and the job waits for them instead of finding them
-``unavailable`` (it used to end ``quorum_failed``, or be refused outright for a glob).
+"""A job started the moment a standby takes over runs on the whole fleet: the new leader
+has heard no node yet, the agents are alive and move to it within a few intervals, and the
+job waits for them instead of finding them ``unavailable`` (it used to end
+``quorum_failed``, or be refused outright for a glob).
 
 Two real servers on one SQLite log, three real agents listing the leader first, as before
 a failover; the leader is killed with SIGKILL.

@@ -1,4 +1,4 @@
-"""The ordered log's contract (DESIGN section 7 and ``pushjobs.log.base``), on every backend.
+"""The ordered log's contract (``pushjobs.log.base``), on every backend.
 
 Each test takes the ``log_backend`` harness (see conftest) and opens as many handles on
 one log as it needs. What a backend cannot show is skipped with the reason, never

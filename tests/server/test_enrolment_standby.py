@@ -1,5 +1,5 @@
-"""A standby serves no node: its answer to a config request names the leader (DESIGN
-section 9), and it admits nobody, not even as pending."""
+"""A standby serves no node: its answer to a config request names the leader, and it
+admits nobody, not even as pending."""
 
 from __future__ import annotations
 
