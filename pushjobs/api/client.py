@@ -85,6 +85,10 @@ def resend_safe(method: str) -> bool:
     return methods.METHODS.get(method) == "reader" or method in RESEND_SAFE
 
 
+class NobodyListens(Unreachable):
+    """The endpoint refused the connection: no server listens there, nothing was sent."""
+
+
 class Failover:
     """Which server to ask next (pure): the leader a refusal named, else the next in turn."""
 
@@ -219,11 +223,15 @@ class ApiClient:
                 extra_s = self.attempt_s
                 params = {**params, "wait_s": extra_s}
         deadline = time.monotonic() + self.timeout_s + extra_s
-        refusals = 0
+        refusals = closed = 0
         while True:
             try:
                 if several and not resend_safe(method):
                     self._exchange(PROBE, {}, min(self.attempt_s, self._left(deadline)))
+            except NobodyListens as exc:
+                closed += 1
+                self._closed(deadline, exc, closed)
+                continue
             except Unreachable as exc:
                 self._wait(deadline, exc)
                 self.failover.silent()
@@ -231,12 +239,18 @@ class ApiClient:
             try:
                 budget = min(self.attempt_s + extra_s, self._left(deadline))
                 reply = self._exchange(method, params, budget)
+            except NobodyListens as exc:
+                # No connection was made: the request reached nobody, and may go elsewhere.
+                closed += 1
+                self._closed(deadline, exc, closed)
+                continue
             except Unreachable as exc:
                 if not several or not resend_safe(method):
                     raise Unreachable(self._silence_text(exc, method)) from None
                 self._wait(deadline, exc)
                 self.failover.silent()
                 continue
+            closed = 0
             if reply.ok:
                 return reply.result
             error = reply.error
@@ -276,6 +290,15 @@ class ApiClient:
             if self.on_wait is not None:
                 self.on_wait(WAITING)
 
+    def _closed(self, deadline: float, exc: NobodyListens, in_row: int) -> None:
+        """Nothing listens at the endpoint asked: the next at once, told and paced only
+        once every endpoint has refused in a row (all down, or a restart under way)."""
+        round_done = in_row % len(self.failover.endpoints) == 0
+        self._wait(deadline, exc, tell=round_done)
+        self.failover.silent()
+        if round_done:
+            time.sleep(min(REFUSED_PAUSE_S, self._left(deadline)))  # all down: a restart's pace
+
     def _silence_text(self, exc: Unreachable, method: str) -> str:
         if resend_safe(method) or len(self.failover.endpoints) == 1:
             return str(exc)
@@ -292,6 +315,7 @@ class ApiClient:
         deadline = time.monotonic() + timeout_s
         monitor = self._monitor
         assert monitor is not None  # made with the socket
+        several = len(self.failover.endpoints) > 1
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor.socket, zmq.POLLIN)
@@ -313,6 +337,9 @@ class ApiClient:
                     if monitor.hung_up:  # its process died: no answer is coming
                         self._reset()
                         raise Unreachable(f"{self.endpoint} closed the connection mid-call")
+                    if several and monitor.nobody_listens:  # alone, it may be starting
+                        self._reset()
+                        raise NobodyListens(f"nothing listens at {self.endpoint}")
                     continue
                 received = self._inbox.accept(sock.recv_multipart(), time.time_ns() // 1_000_000)
                 if received is None or not isinstance(received.message, ApiReply):

@@ -9,8 +9,13 @@ keeps its connections: that stays silence, bounded as before.
 
 A refused handshake ends in a disconnect as well (libzmq reports both), so only a
 disconnect after a handshake that succeeded is a hang-up: the server this socket talked
-to went away. ``PeerLink`` (pure) folds the monitor's events into that verdict, per
-request: ``arm`` as a request leaves, ``hung_up`` while it waits. ``LinkMonitor`` is the
+to went away. A connection that could not be made at all (``EVENT_CONNECT_RETRIED``
+before any ``EVENT_CONNECTED``: the port refused it, nothing listens there) is known as
+soon as the connect fails: a client with other servers to ask moves on at once instead of
+giving a dead one its share of the timeout.
+
+``PeerLink`` (pure) folds the monitor's events into those verdicts, per request: ``arm``
+as a request leaves, ``hung_up`` and ``nobody_listens`` while it waits. ``LinkMonitor`` is the
 thin I/O half: the socket's one monitor (libzmq allows one per socket), asked for the
 handshake events ``pushjobs.transport.handshake`` judges and for disconnects, drained
 without blocking into both.
@@ -35,6 +40,8 @@ from pushjobs.transport.handshake import (
 )
 
 DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+CONNECTED = int(zmq.EVENT_CONNECTED)
+RETRIED = int(zmq.EVENT_CONNECT_RETRIED)
 
 
 class PeerLink:
@@ -44,13 +51,19 @@ class PeerLink:
     def __init__(self) -> None:
         self.up = False  # a handshake succeeded and no disconnect followed
         self.lost = False
+        self.connected = False  # a connection was made, at least once
+        self.refused = False  # a connect failed before any was made: nothing listens
 
     def arm(self) -> None:
         """A request leaves now: only a hang-up from here on concerns it."""
         self.lost = False
 
     def see(self, event: Event) -> None:
-        if event.event == SUCCEEDED:
+        if event.event == CONNECTED:
+            self.connected = True
+        elif event.event == RETRIED and not self.connected:
+            self.refused = True
+        elif event.event == SUCCEEDED:
             self.up = True
         elif event.event == DISCONNECTED and self.up:
             self.up = False
@@ -61,7 +74,7 @@ class LinkMonitor(HandshakeMonitor):
     """The handshakes and the hang-ups of ``sock``, read from its monitor without blocking."""
 
     def __init__(self, sock: zmq.Socket[Any]) -> None:
-        super().__init__(sock, events=EVENTS | DISCONNECTED)
+        super().__init__(sock, events=EVENTS | DISCONNECTED | CONNECTED | RETRIED)
         self.link = PeerLink()
 
     def read(self, each: Callable[[Event], None] | None = None) -> list[Refusal]:
@@ -83,6 +96,12 @@ class LinkMonitor(HandshakeMonitor):
     def hung_up(self) -> bool:
         self.read()
         return self.link.lost
+
+    @property
+    def nobody_listens(self) -> bool:
+        """The connect failed before any connection was made (read now)."""
+        self.read()
+        return self.link.refused
 
 
 def connect_watched(sock: zmq.Socket[Any], endpoint: str) -> LinkMonitor:

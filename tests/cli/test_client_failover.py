@@ -18,13 +18,14 @@ from keys.identity import generate
 from pushjobs.api import client as client_module
 from pushjobs.api import methods
 from pushjobs.api.client import WAITING, ApiClient, Failover, resend_safe
-from pushjobs.api.disconnects import DISCONNECTED, PeerLink
+from pushjobs.api.disconnects import CONNECTED, DISCONNECTED, RETRIED, PeerLink
 from pushjobs.cli import userconfig
 from pushjobs.errors import ApiError, ConfigError, Unreachable
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ApiReply, ApiRequest, ErrorBody
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, ed25519_verifier
+from pushjobs.sandbox import free_port
 from pushjobs.transport.handshake import Event
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 
@@ -391,3 +392,44 @@ def test_a_parked_watch_moves_to_the_next_server_when_its_server_dies() -> None:
     # The dead server's silence would have held the watch for its whole attempt (10 s
     # plus the 10 s wait); its hang-up is noticed at once. Bounded far from both.
     assert took_s < 10.0, took_s
+
+
+def refused(link: PeerLink) -> bool:
+    return link.refused  # read anew each time, as ``lost``
+
+
+def test_a_connect_that_fails_before_any_connection_means_nothing_listens() -> None:
+    link = PeerLink()
+    link.see(Event(RETRIED, 100, "e"))  # the port refused: libzmq will retry
+    assert refused(link)
+    link = PeerLink()
+    link.see(Event(CONNECTED, 7, "e"))
+    link.see(Event(DISCONNECTED, 0, "e"))
+    link.see(Event(RETRIED, 100, "e"))  # reconnecting to a server that was there
+    assert not refused(link)
+
+
+def test_a_server_in_the_list_that_is_down_costs_no_wait() -> None:
+    # A job.start, sent only to a server that answers (the probe first): the dead first
+    # endpoint refuses the connection, so the next is asked at once, without "waiting for a
+    # leader" (before, the dead one had its share of the timeout, then the user was told).
+    leader = FakeServer(result={"job_id": "j1"})
+    told: list[str] = []
+    try:
+        endpoints = [f"tcp://127.0.0.1:{free_port()}", leader.endpoint]
+        with ApiClient(endpoints, SERVER.public, USER, timeout_s=40.0, on_wait=told.append) as c:
+            assert c.call("job.start", {"command": "true", "nodes": ["n1"]}) == {"job_id": "j1"}
+            assert c.endpoint == leader.endpoint
+    finally:
+        leader.close()
+    assert leader.asked == [client_module.PROBE, "job.start"]
+    assert told == []
+
+
+def test_every_server_down_is_unreachable_after_the_timeout_told_once() -> None:
+    endpoints = [f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"]
+    told: list[str] = []
+    client = ApiClient(endpoints, SERVER.public, USER, timeout_s=1.0, on_wait=told.append)
+    with client, pytest.raises(Unreachable, match=" or ".join(endpoints)):
+        client.call("node.list", {})
+    assert told == [WAITING]
