@@ -18,12 +18,12 @@ from pushjobs.log.factory import open_log
 def archive(
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="TOML with [archive] and [log] (default: built-ins)."),
+        typer.Option("--config", help="TOML with \\[archive] and \\[log] (default: built-ins)."),
     ] = None,
     log: Annotated[
         Path | None,
         typer.Option(
-            "--log", help="The sqlite log file (default: [log] path, $PUSHJOBS_LOG, ...)."
+            "--log", help="The sqlite log file (default: \\[log] path, $PUSHJOBS_LOG, ...)."
         ),
     ] = None,
     out: Annotated[
@@ -34,7 +34,7 @@ def archive(
         str | None,
         typer.Option(
             "--group",
-            help="The consumer group that keeps this archive's position (default: [archive] "
+            help="The consumer group that keeps this archive's position (default: \\[archive] "
             "group, pushjobs.archiver). A new archive directory needs a group of its own.",
         ),
     ] = None,

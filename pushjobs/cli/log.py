@@ -37,7 +37,7 @@ LogOpt = Annotated[
     Path | None,
     typer.Option(
         "--log",
-        help="The sqlite log file (default: $PUSHJOBS_LOG, else the [log] of "
+        help="The sqlite log file (default: $PUSHJOBS_LOG, else the \\[log] of "
         "/etc/pushjobs/server.toml when it exists, else $PUSHJOBS_HOME/log.db).",
         show_default=False,
     ),

@@ -52,7 +52,7 @@ def report(
     input_dir: Annotated[
         str | None,
         typer.Option(
-            "--input", help="Archived events: a directory or URL (default: [report] input)."
+            "--input", help="Archived events: a directory or URL (default: \\[report] input)."
         ),
     ] = None,
     out: Annotated[
@@ -60,10 +60,10 @@ def report(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="TOML with [report] (master, spark settings, ...)."),
+        typer.Option("--config", help="TOML with \\[report] (master, spark settings, ...)."),
     ] = None,
     master: Annotated[
-        str | None, typer.Option("--master", help="Spark master (default: [report] master).")
+        str | None, typer.Option("--master", help="Spark master (default: \\[report] master).")
     ] = None,
     demo: Annotated[
         bool,
@@ -83,7 +83,7 @@ def report(
     """Availability, flaps, outcomes per command and node, latency percentiles, stragglers.
 
     Reads the Parquet archive written by 'pushjobs archive', runs a Spark job (local mode
-    unless [report] master says otherwise) and writes CSV and Parquet tables, PNG charts
+    unless \\[report] master says otherwise) and writes CSV and Parquet tables, PNG charts
     and one self-contained report.html to --out.
 
     Example: pushjobs report --since 2026-11-01 --out /tmp/fleet-report
