@@ -93,9 +93,14 @@ def archive(
     if as_json:
         print_json(summary)
         return
+    # Offsets as the file names give them: first and last, both included.
+    span = (
+        f"offsets {result.from_offset}..{result.to_offset - 1}"
+        if result.to_offset > result.from_offset
+        else "no new records"
+    )
     typer.echo(
-        f"{result.archived} events archived to {directory} (offsets {result.from_offset}.."
-        f"{result.to_offset}) in {result.seconds:.2f} s"
+        f"{result.archived} events archived to {directory} ({span}) in {result.seconds:.2f} s"
     )
     if result.rejected:
         typer.echo(

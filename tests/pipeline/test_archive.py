@@ -177,3 +177,15 @@ def test_rejected_records_move_out_of_the_readers_way(tmp_path):
         f"rejected-{3:020d}-{3:020d}.jsonl",
         f"rejected-{60:020d}-{60:020d}.jsonl",
     ]
+
+
+def test_the_summary_names_the_offsets_as_the_files_do(tmp_path):
+    db, out = tmp_path / "log.db", tmp_path / "archive"
+    make_log(db, 10)
+    argv = [sys.executable, "-m", "pushjobs.cli.main", "archive", "--log", str(db), "-q"]
+    first = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, check=True)
+    (written,) = [p.name for p in out.glob("date=*/*.parquet")]
+    assert written == "events-00000000000000000000-00000000000000000009.parquet"
+    assert "10 events archived" in first.stdout and "(offsets 0..9)" in first.stdout
+    again = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, check=True)
+    assert "0 events archived" in again.stdout and "(no new records)" in again.stdout
