@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# No fleet is larger; a count beyond it could not even be written back in a reply (JSON
+# integers are 64-bit on the wire).
+MAX_COUNT = 1_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class Quorum:
@@ -26,11 +30,14 @@ class Quorum:
                     raise ValueError
                 return cls(percent=percent)
             count = int(text)
-            if count < 0:
+            if not 0 <= count <= MAX_COUNT:
                 raise ValueError
             return cls(count=count)
         except ValueError:
-            problem = f"quorum must be a count (3) or a percent (75%), not {text!r}"
+            problem = (
+                f"quorum must be a count (3, at most {MAX_COUNT:,}) or a percent (75%), "
+                f"not {text!r}"
+            )
             raise ValueError(problem) from None
 
     def required(self, targets: int) -> int:
@@ -61,11 +68,14 @@ class Share:
                     raise ValueError
                 return cls(percent=percent)
             count = int(text)
-            if count < 1:
+            if not 1 <= count <= MAX_COUNT:
                 raise ValueError
             return cls(count=count)
         except ValueError:
-            problem = f"{what} must be a count (3) or a percent (25%), not {text!r}"
+            problem = (
+                f"{what} must be a count (3, at most {MAX_COUNT:,}) or a percent (25%), "
+                f"not {text!r}"
+            )
             raise ValueError(problem) from None
 
     def of(self, targets: int, *, round_up: bool) -> int:

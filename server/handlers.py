@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
 from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
+from pushjobs.protocol.framing import Limits
 from pushjobs.states import JobState
 from server.coordinator import Coordinator
 from server.jobparams import JobRequest, _names, _str, bad, job_params, job_request
@@ -32,6 +33,9 @@ WATCH: Final = object()
 class Sealer(Protocol):
     @property
     def secrets(self) -> SecretBox | None: ...
+
+    @property
+    def limits(self) -> Limits: ...
 
 
 class JobEffects(Protocol):
@@ -114,7 +118,8 @@ class ApiHandlers:
     # --- jobs -----------------------------------------------------------------------------
 
     def job_start(self, params: Mapping[str, Any], caller: str) -> Any:
-        request = job_request(job_params(params, self.secrets))
+        limit = self.b.jobs.sender.limits.max_body_bytes
+        request = job_request(job_params(params, self.secrets, limit))
         job_id = self.b.start_job(request, caller)
         return {"job": self.b.coordinator.view(job_id)}
 

@@ -23,6 +23,10 @@ from pushjobs.api import methods
 from pushjobs.errors import ApiError
 from server.schedule import CatchUp, Overlap, ScheduleError, Trigger, parse_at_ms
 
+# A due time further than this is a typing error, and its milliseconds would outgrow the
+# log's 64-bit integers (``in_s`` of 1e17).
+MAX_IN_S = 100 * 365 * 86_400
+
 if TYPE_CHECKING:
     from server.scheduler import Scheduler
 
@@ -57,8 +61,12 @@ def trigger(params: Mapping[str, Any], now_ms: int) -> Trigger:
             return Trigger(at_ms=parse_at_ms(at, tz))
         if given == ["in_s"]:
             seconds = params["in_s"]
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-                raise _bad("'in_s' must be a number of seconds > 0")
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not 0 < seconds <= MAX_IN_S  # NaN fails this too
+            ):
+                raise _bad("'in_s' must be a number of seconds, more than 0 and at most a century")
             return Trigger(at_ms=now_ms + round(seconds * 1000))
         cron = params["cron"]
         if not isinstance(cron, str):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pushjobs.errors import ApiError
+from pushjobs.protocol.framing import Limits
 from server.handlers import ApiHandlers
 from server.job import Job
 from server.jobparams import JobRequest
@@ -22,7 +23,7 @@ class Backend:
     """Only what ``job.start`` uses: the request it would persist, and the job's view."""
 
     def __init__(self, secrets: SecretBox | None) -> None:
-        self.jobs = SimpleNamespace(sender=SimpleNamespace(secrets=secrets))
+        self.jobs = SimpleNamespace(sender=SimpleNamespace(secrets=secrets, limits=Limits()))
         self.requests: list[JobRequest] = []
         self.coordinator = self
 
