@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -29,7 +30,7 @@ from pushjobs.cli.jobopts import (
     TimeoutOpt,
     VoteTimeoutOpt,
 )
-from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
 from pushjobs.errors import ApiError
 from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
@@ -120,12 +121,12 @@ def job_env(env: list[str], secret_env: list[str], env_files: list[Path]) -> dic
     return params
 
 
-def finish(job: dict[str, Any], as_json: bool) -> None:
+def finish(job: dict[str, Any], as_json: bool) -> NoReturn:
     if as_json:
         print_json(job)
     else:
         typer.echo(jobview.node_table(job))
-        typer.echo(f"job {job['job_id']} {job['state']}: {jobview.summary_text(job)}")
+        typer.echo(jobview.headline(job))
     raise typer.Exit(int(jobview.exit_code_for(job)))
 
 
@@ -137,8 +138,8 @@ def batch_params(
         if batch_wait is not None or max_failures is not None:
             raise usage("--batch-wait and --max-failures need --batch")
         return {}
-    if batch_wait is not None and batch_wait < 0:
-        raise usage("--batch-wait must be 0 or more seconds")
+    if batch_wait is not None and not (math.isfinite(batch_wait) and batch_wait >= 0):
+        raise usage(f"--batch-wait must be a finite number of seconds, 0 or more, not {batch_wait}")
     try:
         Share.parse(batch, "--batch")
         if max_failures is not None:
@@ -176,8 +177,9 @@ def job_params(
     except ValueError as exc:
         raise usage(str(exc)) from None
     for name, value in (("--timeout", timeout), ("--vote-timeout", vote_timeout)):
-        if value is not None and value <= 0:
-            raise usage(f"{name} must be greater than 0")
+        # inf and nan pass a comparison with 0 (or fail it for the wrong reason).
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise usage(f"{name} must be a finite number of seconds greater than 0, not {value}")
     params: dict[str, Any] = {
         "command": command,
         "nodes": nodes,
@@ -248,7 +250,7 @@ def start(
         batch_wait=batch_wait,
         max_failures=max_failures,
     )
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         try:
             job = client.call("job.start", params)["job"]
         except KeyboardInterrupt:
@@ -262,10 +264,10 @@ def start(
             if as_json:
                 print_json(job)
             else:
-                typer.echo(job["job_id"])
+                typer.echo(printable(job["job_id"]))
             return
         job = follow(client, job, show_progress=not as_json, abort_on_interrupt=abort_on_interrupt)
-    finish(job, as_json)
+        finish(job, as_json)
 
 
 @app.command("list")
@@ -289,8 +291,11 @@ def list_jobs(
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if state is not None:
         params["state"] = state
-    with userconfig.connect(config, server) as client:
-        result = client.call("job.list", params)
+    with userconfig.connect(config, server) as client, reading_reply():
+        show_jobs(client.call("job.list", params), as_json)
+
+
+def show_jobs(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(result)
         return
@@ -322,18 +327,17 @@ def status(
 
     Example: pushjobs job status 1a2b3c --watch
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         job = client.call("job.status", {"job_id": job_id})["job"]
         if watch:
             job = follow(client, job, show_progress=not as_json)
-    if not watch and job["state"] not in jobview.TERMINAL:
+        if watch or job["state"] in jobview.TERMINAL:
+            finish(job, as_json)
         if as_json:
             print_json(job)
         else:
             typer.echo(jobview.node_table(job))
-            typer.echo(f"job {job['job_id']} {job['state']}: {jobview.summary_text(job)}")
-        return
-    finish(job, as_json)
+            typer.echo(jobview.headline(job))
 
 
 @app.command("output")
@@ -352,14 +356,15 @@ def output(
     """
     if channel not in ("stdout", "stderr"):
         raise usage("--channel must be stdout or stderr")
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         result = client.call("job.output", {"job_id": job_id, "node": node})
-    if as_json:
-        print_json(result)
-        return
-    sys.stdout.write(result[channel])
-    if result[f"{channel}_truncated"]:
-        typer.echo(f"(only the tail of {channel} was kept)", err=True)
+        if as_json:
+            print_json(result)
+            return
+        # What the command wrote, as it wrote it: the one free text shown raw, on purpose.
+        sys.stdout.write(result[channel])
+        if result[f"{channel}_truncated"]:
+            typer.echo(f"(only the tail of {channel} was kept)", err=True)
 
 
 @app.command("abort")
@@ -374,7 +379,7 @@ def abort(
 
     Example: pushjobs job abort 1a2b3c
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         try:
             job = client.call("job.abort", {"job_id": job_id})["job"]
         except ApiError as exc:
@@ -382,7 +387,8 @@ def abort(
                 raise
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(int(Exit.FAILED)) from None
-    if as_json:
-        print_json(job)
-    else:
-        typer.echo(f"job {job_id} {job['state']}: {jobview.summary_text(job)}")
+        if as_json:
+            print_json(job)
+        else:
+            state = printable(f"job {job_id} {job['state']}")
+            typer.echo(f"{state}: {jobview.summary_text(job)}")

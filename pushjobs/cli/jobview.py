@@ -1,4 +1,7 @@
-"""How the CLI shows a job: exit codes, the progress line, the per-node table. Pure."""
+"""How the CLI shows a job: exit codes, the progress line, the per-node table. Pure.
+
+What the server sends back (states, node names, reasons) is shown through
+``render.printable``: a control character in it is written out, never sent raw."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.render import table
+from pushjobs.cli.render import printable, table
 
 TERMINAL = frozenset({"complete", "quorum_failed", "timed_out", "aborted", "crashed", "halted"})
 
@@ -32,7 +35,18 @@ def exit_code_for(job: Mapping[str, Any]) -> Exit:
 
 
 def summary_text(job: Mapping[str, Any]) -> str:
-    return ", ".join(f"{count} {state}" for state, count in sorted(job["summary"].items()))
+    return printable(
+        ", ".join(f"{count} {state}" for state, count in sorted(job["summary"].items()))
+    )
+
+
+def headline(job: Mapping[str, Any]) -> str:
+    """'job 1a2b3c complete: 2 succeeded', the last line of a job shown."""
+    return f"{_name(job)}: {summary_text(job)}"
+
+
+def _name(job: Mapping[str, Any]) -> str:
+    return printable(f"job {job['job_id']} {job['state']}")
 
 
 def batch_text(job: Mapping[str, Any]) -> str:
@@ -45,12 +59,11 @@ def batch_text(job: Mapping[str, Any]) -> str:
         text += f" every {batch['wait_s']:g}s"
     if batch["max_failures"] is not None:
         text += f", {batch['failures']} of {batch['max_failures']} failures allowed"
-    return text
+    return printable(text)
 
 
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
-    state = f"job {job['job_id']} {job['state']} {elapsed_s:5.1f}s"
-    return f"{state}: {summary_text(job)}{batch_text(job)}"
+    return f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}"
 
 
 def node_table(job: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ import typer
 
 from pushjobs.cli import userconfig
 from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt
-from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
 
 app = typer.Typer(
     help="Nodes: liveness, key state, current job, tags and facts.", no_args_is_help=True
@@ -42,12 +42,12 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
     for n in nodes:
         second = n.get("duplicate")
         if second:
-            typer.echo(
+            warning = (
                 f"warning: a second agent presented the key of {n['name']} from "
                 f"{second['endpoint']} {second['refused_ms_ago'] / 1000:.0f} s ago (refused; "
-                f"this node's agent is at {n['command_endpoint']})",
-                err=True,
+                f"this node's agent is at {n['command_endpoint']})"
             )
+            typer.echo(printable(warning), err=True)
 
 
 @app.command("list")
@@ -60,7 +60,7 @@ def list_nodes(
 
     Example: pushjobs node list --json
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         _show(client.call("node.list", {}), as_json)
 
 
@@ -76,6 +76,5 @@ def status(
 
     Example: pushjobs node status web-01 web-02
     """
-    with userconfig.connect(config, server) as client:
-        result = client.call("node.status", {"nodes": nodes})
-    _show(result, as_json)
+    with userconfig.connect(config, server) as client, reading_reply():
+        _show(client.call("node.status", {"nodes": nodes}), as_json)

@@ -5,7 +5,7 @@
     # server = ["tcp://10.0.0.5:7700", "tcp://10.0.0.6:7700"]   (the CLI follows the leader)
     server_key = "~/.config/pushjobs/server.pub"
     user_key = "~/.config/pushjobs/alice.key"  # private, mode 0600
-    timeout_s = 10.0
+    timeout_s = 10.0                        # seconds, at most 86400 (a day)
 
 Found at ``--config``, else ``$PUSHJOBS_CONFIG``, else
 ``$XDG_CONFIG_HOME/pushjobs/config.toml`` (``~/.config/pushjobs/config.toml``). Every key
@@ -19,6 +19,7 @@ run by a person says "waiting for a leader..." once on stderr.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -36,6 +37,12 @@ server_key = "/etc/pushjobs/server.pub"
 user_key = "~/.config/pushjobs/alice.key\""""
 
 
+MAX_TIMEOUT_S = 86400.0
+"""The longest ``timeout_s``: anything longer is a typo. inf and nan (TOML has both) are
+refused too: they slip past a check for greater than 0 and break where the client turns
+the timeout into a deadline."""
+
+
 def split_endpoints(texts: Iterable[str]) -> list[str]:
     """The endpoints named in ``texts``, in order; each text may hold several, separated by
     commas or spaces."""
@@ -50,8 +57,12 @@ class ClientSection:
     timeout_s: float = 10.0
 
     def check(self) -> Iterable[tuple[str, str]]:
-        if self.timeout_s <= 0:
-            yield "timeout_s", "must be greater than 0"
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
+            yield (
+                "timeout_s",
+                f"must be a number of seconds greater than 0 and at most {MAX_TIMEOUT_S:.0f}, "
+                f"not {self.timeout_s}",
+            )
 
     def endpoints(self) -> list[str]:
         """Every server API endpoint named, in order (a string may hold several, by commas)."""
