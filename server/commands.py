@@ -21,6 +21,12 @@ the commit's ``RunOptions.secret_env``, and nowhere else. A value that does not 
 log written by a server with another identity key) leaves the commit unsent, counted
 ``unsealable`` and logged by name: the node's vote times out rather than run without it.
 
+Commands that cannot be sealed. A command that cannot be encoded or sealed (a commit
+whose env outgrows the channel's frame limit, a value JSON cannot carry) is not sent:
+counted ``oversized`` or ``unencodable``, logged once per job, and kept for the job's
+owner to end that node with (``take_undeliverable``). It must never raise: the send runs
+inside the server's loop, and the same job, read back after a restart, would raise again.
+
 Killed at any line: the stamps are lost, so the first heartbeat after a restart may bring
 one repeat; the agent answers repeats idempotently and never runs a job twice.
 """
@@ -31,7 +37,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
-from pushjobs.errors import KeyFileError
+from pushjobs.errors import KeyFileError, OversizedFrame, PushJobsError
 from pushjobs.protocol.framing import Limits, seal
 from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run, RunOptions
 from pushjobs.protocol.outbox import Outbox
@@ -46,6 +52,9 @@ log = logging.getLogger("pushjobs.server")
 
 ASKED_KEEP_MS = 60_000  # far past RESEND_AFTER_MS: a repeat is judged against this
 RESEND_AFTER_MS = 2000  # a command unanswered this long after it was sent is sent again
+TOO_LARGE = "commit too large for the command channel"
+# Kept for the caller to drain; a cap so that a caller that never drains stays bounded.
+MAX_UNDELIVERABLE = 10_000
 
 
 class CommandSender:
@@ -71,6 +80,8 @@ class CommandSender:
         self.asked: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of commit/run
         self.aborted: dict[tuple[str, str], int] = {}  # (job, node) -> wall ms of last abort
         self.counters: Counter[str] = Counter()
+        self.undeliverable: dict[tuple[str, str], str] = {}  # see ``take_undeliverable``
+        self.unsent_logged: dict[str, None] = {}  # jobs whose unsent command was logged
 
     def send(self, send: Send, job: Job | None, now_ms: int) -> None:
         info = self.nodes.get(send.node)
@@ -92,12 +103,24 @@ class CommandSender:
         key = (send.job_id, send.node)
         stamps.pop(key, None)
         stamps[key] = now_ms
+        try:
+            message = self._message(send, job, now_ms)
+            if message is None:
+                return
+            frames = seal(message, signer, self.limits)
+        except (PushJobsError, ValueError, TypeError, OverflowError) as exc:
+            self._unsealable(send, exc)
+            return
+        self.channels.send_command(info.command_endpoint, curve, frames)
+
+    def _message(self, send: Send, job: Job | None, now_ms: int) -> Message | None:
+        """The message ``send`` stands for; None when a commit's secrets do not open."""
         message: Message
         if send.kind == "commit" and job is not None:
             opts = job.options
             secret_env = self._open(job)
             if secret_env is None:
-                return
+                return None
             options = RunOptions(
                 timeout_s=job.run_timeout_ms / 1000,
                 env=dict(opts.get("env") or {}),
@@ -117,8 +140,29 @@ class CommandSender:
             message = self.outbox.message(Run, now_ms, node=send.node, job_id=send.job_id)
         else:
             message = self.outbox.message(Abort, now_ms, node=send.node, job_id=send.job_id)
-        frames = seal(message, signer, self.limits)
-        self.channels.send_command(info.command_endpoint, curve, frames)
+        return message
+
+    def _unsealable(self, send: Send, exc: Exception) -> None:
+        """``send`` could not be made a message: counted, logged once per job, and kept
+        for the caller to end the node with (an abort needs no ending: it is one)."""
+        oversized = isinstance(exc, OversizedFrame)
+        self.counters["oversized" if oversized else "unencodable"] += 1
+        why = TOO_LARGE if oversized else f"{send.kind} cannot be sent: {exc}"
+        if send.job_id not in self.unsent_logged:
+            if len(self.unsent_logged) >= MAX_UNDELIVERABLE:
+                self.unsent_logged.pop(next(iter(self.unsent_logged)))
+            self.unsent_logged[send.job_id] = None
+            log.error(
+                "job %s: %s to %s not sent: %s (%s)", send.job_id, send.kind, send.node, why, exc
+            )
+        if send.kind != "abort" and len(self.undeliverable) < MAX_UNDELIVERABLE:
+            self.undeliverable.setdefault((send.job_id, send.node), why)
+
+    def take_undeliverable(self) -> dict[tuple[str, str], str]:
+        """(job, node) -> why, for each command that could not be sent since the last call:
+        the node cannot take part in that job, and should be ended as failed."""
+        out, self.undeliverable = self.undeliverable, {}
+        return out
 
     def _open(self, job: Job) -> dict[str, str] | None:
         """The job's secret env in clear, or None (counted) when it cannot be opened."""

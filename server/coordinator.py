@@ -43,7 +43,7 @@ from pushjobs.protocol.messages import (
     Succeeded,
 )
 from pushjobs.quorum import Quorum
-from pushjobs.states import TERMINAL_NODE_STATES, NodeState
+from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
 from server.effects import Effect, JobChanged, NodeChanged, Send
 from server.job import Job
 
@@ -239,6 +239,19 @@ class Coordinator:
             if record is not None and record.state not in TERMINAL_NODE_STATES:
                 return None
         return Send("abort", busy_with, node)
+
+    def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
+        """A commit that can never reach ``node`` (``CommandSender.take_undeliverable``):
+        its vote is no, with ``reason``, rather than silence until the vote deadline."""
+        job = self.jobs.get(job_id)
+        record = job.nodes.get(node) if job is not None else None
+        if job is None or record is None or record.state is not NodeState.NEW:
+            return []
+        if job.state is not JobState.VOTING:
+            return []
+        out: list[Change] = list(job.nack_commit(node, now_ms, reason))
+        self._after(job, out)
+        return out
 
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
         job = self.jobs[job_id]

@@ -229,6 +229,8 @@ class Jobs:
         }
         if schedule_id is not None:
             command["schedule_id"] = schedule_id
+        # Refused before it is written: read back at every restart, it would fail again.
+        records.refuse_unrecordable(now_ms, vote_timeout_s, run_timeout_s, request.options)
         # The request is durable before anything acts on it.
         self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
         self.changes += self.coordinator.submit(
@@ -289,3 +291,9 @@ class Jobs:
         if self.leadership.leader:
             for send in sends:
                 self.sender.send(send, self.coordinator.jobs.get(send.job_id), now_ms)
+            # A commit too large for its node's channel: that node votes no, written and
+            # acted on now (a no vote sends no commit: this goes one level deep at most).
+            for (job_id, node), why in self.sender.take_undeliverable().items():
+                self.changes += self.coordinator.undeliverable(job_id, node, now_ms, why)
+            if self.changes:
+                self.flush(now_ms)

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from pushjobs.api import methods
+from pushjobs.errors import ApiError
 from server.coordinator import Change, JobCreated, OutputReceived
 from server.effects import JobChanged, NodeChanged
 from server.job import Job
@@ -125,6 +127,29 @@ def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tupl
 
 
 CHUNK_KEY = "/nodes/"
+INT64_MAX = 2**63 - 1  # the log's JSON (orjson) and its readers carry 64-bit integers
+
+
+def refuse_unrecordable(
+    now_ms: int, vote_timeout_s: float, run_timeout_s: float, options: Mapping[str, Any]
+) -> None:
+    """Refuse (``bad_request``) a job whose records could not be written: its start command,
+    and the snapshot derived from it (timeouts and deadlines in 64-bit milliseconds).
+
+    Called before anything is written: a job that fails to encode later, in the snapshot
+    written after every change, would stop the server, and again when its start command
+    is read back after a restart.
+    """
+    try:
+        derived = [now_ms]
+        for seconds in (vote_timeout_s, run_timeout_s):
+            ms = round(seconds * 1000)  # inf: OverflowError; nan: ValueError
+            derived += [ms, now_ms + ms]
+        if any(abs(n) > INT64_MAX for n in derived):
+            raise OverflowError(f"{max(derived)} ms exceeds 64 bits")
+        orjson.dumps({"derived": derived, "options": options})
+    except (TypeError, ValueError, OverflowError) as exc:  # orjson's errors are TypeErrors
+        raise ApiError(f"the job cannot be recorded: {exc}", code=methods.BAD_REQUEST) from None
 
 
 def snapshot_records(

@@ -41,6 +41,7 @@ from server.jobparams import job_params, job_request
 from server.jobs import Jobs
 from server.jobwatch import JobWatch
 from server.partitions import Partitions, group_of
+from server.records import refuse_unrecordable
 from server.schedcatalog import Catalog, Entry
 from server.schedlog import agreed_count, key_of
 from server.schedowner import Owner
@@ -266,8 +267,18 @@ class Scheduler:
             self.unstarted.pop(fire.job_id, None)
             return  # deleted since
         try:
+            request = job_request(entry.schedule.job)
+            # A job kept before today's checks (or past them) must be refused here: once
+            # started, it would stop the server each time its snapshot is written.
+            settings = self.jobs.settings
+            refuse_unrecordable(
+                now_ms,
+                request.vote_timeout_s or settings.vote_timeout_s,
+                request.run_timeout_s or settings.run_timeout_s,
+                request.options,
+            )
             self.jobs.start(
-                job_request(entry.schedule.job),
+                request,
                 f"schedule:{fire.schedule_id}",
                 now_ms,
                 job_id=fire.job_id,
@@ -279,7 +290,7 @@ class Scheduler:
             self._failed(fire, exc)
         except LogError:
             raise  # kept: started once the log answers
-        except (PushJobsError, KeyError, TypeError, ValueError) as exc:
+        except (PushJobsError, KeyError, TypeError, ValueError, OverflowError) as exc:
             self._failed(fire, exc)
         self.unstarted.pop(fire.job_id, None)
 

@@ -25,7 +25,7 @@ from pushjobs.cli.jobopts import (
     TimeoutOpt,
     VoteTimeoutOpt,
 )
-from pushjobs.cli.render import handle_errors, print_json, table
+from pushjobs.cli.render import handle_errors, print_json, printable, table
 
 app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
 
@@ -166,8 +166,10 @@ def add(
         print_json(schedule)
         return
     typer.echo(
-        f"schedule {schedule['schedule_id']}: {command} {schedule['when']}, "
-        f"next {when(schedule['next_due_ms'])}"
+        printable(
+            f"schedule {schedule['schedule_id']}: {command} {schedule['when']}, "
+            f"next {when(schedule['next_due_ms'])}"
+        )
     )
 
 
@@ -226,7 +228,7 @@ def show(
         ("last job", (schedule.get("last_fire") or {}).get("job_id") or "-"),
         ("created", f"{when(schedule['created_ms'])} by {schedule['created_by']}"),
     ):
-        typer.echo(f"{name:9} {value}")
+        typer.echo(printable(f"{name:9} {value}"))
 
 
 def _change(

@@ -31,6 +31,9 @@ class NoSender:
     def send(self, *args: Any) -> None:
         pass
 
+    def take_undeliverable(self) -> dict[tuple[str, str], str]:
+        return {}
+
 
 class Server:
     def __init__(

@@ -33,6 +33,9 @@ class NoSender:
     def send(self, *args: Any) -> None:
         pass
 
+    def take_undeliverable(self) -> dict[tuple[str, str], str]:
+        return {}
+
 
 class Server:
     """One server's leadership, job effects and scheduler over a shared memory store."""

@@ -191,6 +191,9 @@ class Sender:
     def due_again(self, send: Send, beat_ms: int) -> bool:
         return True
 
+    def take_undeliverable(self) -> dict[tuple[str, str], str]:
+        return {}
+
 
 class Leader:
     """A leader's job effects as the daemon wires them, on a fake clock: the previous
