@@ -18,6 +18,7 @@ import typer
 
 from pushjobs.api.client import ApiClient
 from pushjobs.cli import jobview
+from pushjobs.cli.render import printable
 from pushjobs.errors import ApiError, PushJobsError
 
 INTERRUPTED = 130
@@ -81,8 +82,10 @@ def interrupted(client: ApiClient, job_id: str, *, abort: bool) -> typer.Exit:
         typer.echo(keeps_running(job_id), err=True)
         return typer.Exit(INTERRUPTED)
     typer.echo(
-        f"interrupted: job {job_id} aborted ({job['state']}: {jobview.summary_text(job)}); "
-        f"see it with: pushjobs job status {job_id}",
+        printable(
+            f"interrupted: job {job_id} aborted ({job['state']}: {jobview.summary_text(job)}); "
+            f"see it with: pushjobs job status {job_id}"
+        ),
         err=True,
     )
     return typer.Exit(INTERRUPTED)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pushjobs.cli import jobview
+from pushjobs.cli.render import printable
 from pushjobs.states import TERMINAL_NODE_STATES
 
 if TYPE_CHECKING:
@@ -35,7 +36,10 @@ def done_and_total(job: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def description(job: Mapping[str, Any]) -> str:
-    return f"job {job['job_id']} {job['state']}"
+    from rich.markup import escape
+
+    # The line is Rich markup: a server's text is escaped so "[...]" in it shows as is.
+    return escape(printable(f"job {job['job_id']} {job['state']}"))
 
 
 class JobProgress:
@@ -95,7 +99,9 @@ class JobProgress:
 
     @staticmethod
     def _counts(job: Mapping[str, Any]) -> str:
-        return jobview.summary_text(job) + jobview.batch_text(job)
+        from rich.markup import escape
+
+        return escape(jobview.summary_text(job) + jobview.batch_text(job))
 
     def __enter__(self) -> JobProgress:
         self.progress.start()

@@ -80,3 +80,15 @@ def test_a_failed_nodes_row_says_how_to_read_its_output() -> None:
     rows = node_table(job(a="succeeded", b="failed")).splitlines()
     assert rows[2].endswith("output: pushjobs job output j1 b --channel stderr")
     assert "job output" not in rows[1]
+
+
+def test_a_servers_text_is_shown_as_is_not_read_as_markup() -> None:
+    # The live line is Rich markup: a state or summary holding "[...]" (another version's
+    # state, a hostile server) must show its brackets, not style or vanish.
+    console, out = terminal()
+    odd = job(a="running") | {"state": "[bold]odd[/bold]\nx", "summary": {"[red]x": 1}}
+    line = JobProgress(odd, console=console, auto_refresh=False)
+    with line:
+        line.refresh()
+    drawn = out.getvalue()
+    assert "job j1 [bold]odd[/bold]\\nx" in drawn and "[red]x" in drawn
