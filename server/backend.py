@@ -99,8 +99,11 @@ class ServerBackend:
             "reply": dict(intake.inbox.drops),
             "api": dict(self.api_drops),
         }
-        if self.channels.command_drops:
-            drops["command"] = {"queue_full": self.channels.command_drops}
+        # Commands not sent: the socket's queue full, or no message could be made of them
+        # (no endpoint known, secrets that do not open, too large, unencodable).
+        command = {"queue_full": self.channels.command_drops, **self.jobs.sender.counters}
+        if any(command.values()):
+            drops["command"] = {reason: n for reason, n in command.items() if n}
         return {
             "server_id": self.name,
             "incarnation": self.incarnation,

@@ -98,3 +98,12 @@ def test_a_stall_of_the_server_moves_node_deadlines_instead_of_expiring(
     server.turn_started = clock.monotonic()
     server.timers()
     assert not server.nodes.is_online("n1")
+
+
+def test_commands_that_could_not_be_sent_are_counted_as_drops(server: Server) -> None:
+    # Counted where an operator looks (server status, pushjobs_drops): a command the
+    # server could make no message of never reached its node.
+    assert "command" not in server.backend.info()["drops"]
+    server.jobs.sender.counters["oversized"] += 2
+    server.jobs.sender.counters["unsealable"] += 1
+    assert server.backend.info()["drops"]["command"] == {"oversized": 2, "unsealable": 1}
