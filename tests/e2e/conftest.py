@@ -6,6 +6,9 @@ starts is stopped by PID when the test ends, whatever happened.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ from pushjobs.errors import ApiError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
 from pushjobs.tomlwrite import toml_text
+from tests.e2e.readme_blocks import FLEET_WAITS, Walkthrough
 from tests.support import wait_until
 
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
@@ -110,6 +114,31 @@ class Fleet:
     def close(self) -> None:
         self.reconnect()
         self.sandbox.stop()
+
+
+def run_cli(config: Path, *args: str) -> tuple[int, str, str]:
+    """Run ``pushjobs ARGS`` as its own process, as a user would, with the client config
+    ``config``: its exit code, stdout and stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pushjobs.cli.main", *args],
+        env={**os.environ, "PUSHJOBS_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture
+def walk(tmp_path: Path) -> Iterator[Walkthrough]:
+    """A README walkthrough (``readme_blocks``) in a directory of its own, its programs
+    stopped at the end."""
+    walk = Walkthrough(tmp_path, FLEET_WAITS)
+    try:
+        yield walk
+    finally:
+        walk.close()
 
 
 def impatient_client_config(fleet: Fleet, path: Path, timeout_s: float = 1.0) -> Path:

@@ -10,11 +10,8 @@ that a job's ``PATH`` could swap for ``evil/true`` (which leaves a mark). node-3
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import stat
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +22,7 @@ import pytest
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.errors import ApiError
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox, toml_text
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import Fleet, run_cli
 
 WHITELIST = {
     **DEFAULT_WHITELIST,
@@ -79,17 +76,7 @@ def env_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def cli(fleet: Fleet, *args: str) -> tuple[int, str, str]:
-    """Run ``pushjobs ARGS`` as its own process, as a user would."""
-    env = {**os.environ, "PUSHJOBS_CONFIG": str(fleet.sandbox.client_config_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr
+    return run_cli(fleet.sandbox.client_config_path, *args)
 
 
 def start_json(fleet: Fleet, *args: str) -> tuple[int, dict[str, Any]]:

@@ -9,21 +9,7 @@ the new text; if a command in it cannot work, this test fails.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from tests.e2e.readme_blocks import FLEET, FLEET_WAITS, README, Walkthrough, blocks
-
-
-@pytest.fixture
-def walk(tmp_path: Path) -> Iterator[Walkthrough]:
-    walk = Walkthrough(tmp_path, FLEET_WAITS)
-    try:
-        yield walk
-    finally:
-        walk.close()
+from tests.e2e.readme_blocks import FLEET, README, Walkthrough, blocks
 
 
 def test_the_readme_fleet_runs_as_written(walk: Walkthrough) -> None:

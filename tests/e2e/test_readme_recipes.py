@@ -16,17 +16,13 @@ import re
 import shlex
 import stat
 import urllib.request
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-
-import pytest
 
 from pushjobs.childproc import Proc, spawn, stop_all
 from pushjobs.sandbox import ready_fields
 from tests.e2e.readme_blocks import (
     FLEET,
-    FLEET_WAITS,
     README,
     Walkthrough,
     blocks,
@@ -42,15 +38,6 @@ SIMULATED = "## A simulated fleet"
 HEALTH = "## Health and metrics"
 REPORTS = "## Fleet reports"
 LOG = "## The ordered log"
-
-
-@pytest.fixture
-def walk(tmp_path: Path) -> Iterator[Walkthrough]:
-    walk = Walkthrough(tmp_path, FLEET_WAITS)
-    try:
-        yield walk
-    finally:
-        walk.close()
 
 
 def fleet_line(prefix: str) -> str:

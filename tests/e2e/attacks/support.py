@@ -3,10 +3,6 @@ CLI would not, and the checks that the server lived through it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,20 +55,6 @@ def hostile_client(fleet: Fleet, timeout_s: float = 5.0) -> ApiClient:
     )
     client._outbox.limits = BIG_LIMITS
     return client
-
-
-def cli(config: Path, *args: str) -> tuple[int, str, str]:
-    """Run ``pushjobs ARGS`` as its own process with the client config ``config``."""
-    env = {**os.environ, "PUSHJOBS_CONFIG": str(config)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def assert_refused(fleet: Fleet, params: dict[str, Any], method: str) -> None:

@@ -29,10 +29,10 @@ from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 from tests.agent import test_command_channel as command_channel
 from tests.agent.test_command_channel import Channel, commit, replies, session_outbox
 from tests.e2e.attacks.support import (
-    cli,
     job_done,
 )
 from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import run_cli as cli
 
 pytestmark = pytest.mark.e2e
 

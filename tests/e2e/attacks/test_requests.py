@@ -27,7 +27,6 @@ from tests.e2e.attacks.support import (
     ATTACK_WHITELIST,
     CAPTURE_BYTES,
     assert_refused,
-    cli,
     hostile_client,
     job_done,
     log_tail,
@@ -35,6 +34,7 @@ from tests.e2e.attacks.support import (
     settled,
 )
 from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import run_cli as cli
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
