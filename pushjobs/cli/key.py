@@ -22,7 +22,7 @@ from keys.identity import generate
 from pushjobs import paths
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.keyadmin import Keys, target
-from pushjobs.cli.render import error, handle_errors, print_json, table
+from pushjobs.cli.render import error, handle_errors, print_json, printable, table
 from pushjobs.errors import PushJobsError
 
 app = typer.Typer(
@@ -146,9 +146,11 @@ def add(
 
     def say(result: dict[str, Any]) -> str:
         role_note = f", role {result['role']}" if result["role"] else ""
-        return f"{result['name']}: {result['state']}{role_note} ({result['fingerprint']})"
+        return printable(
+            f"{result['name']}: {result['state']}{role_note} ({result['fingerprint']})"
+        )
 
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
 
         def one(path: str) -> dict[str, Any]:
             return {**keys.add(files.load_public(Path(path)), role, accept), "file": path}
@@ -178,17 +180,16 @@ def list_keys(
 
     Example: pushjobs key list --state pending
     """
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         rows = keys.rows(state, pattern)
-        where = keys.where
-    if as_json:
-        print_json(rows)
-    elif rows:
-        typer.echo(table(rows, COLUMNS))
-    else:
-        what = f" in state {state}" if state else ""
-        what += f" matching {pattern!r}" if pattern else ""
-        typer.echo(f"no keys{what} ({where})")
+        if as_json:
+            print_json(rows)
+        elif rows:
+            typer.echo(table(rows, COLUMNS))
+        else:
+            what = f" in state {state}" if state else ""
+            what += f" matching {pattern!r}" if pattern else ""
+            typer.echo(f"no keys{what} ({keys.where})")
 
 
 NamesArg = Annotated[
@@ -214,7 +215,7 @@ def accept_keys(
 
     Example: pushjobs key accept web-01 'db-*'     pushjobs key accept --all
     """
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         _move("accept", names, everything, keys, as_json)
 
 
@@ -232,7 +233,7 @@ def reject_keys(
 
     Example: pushjobs key reject web-13
     """
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         _move("reject", names, False, keys, as_json)
 
 
@@ -254,7 +255,7 @@ def delete_keys(
     if names and not yes and not typer.confirm(f"delete every key of {', '.join(names)}?"):
         error("nothing deleted")
         raise typer.Exit(int(Exit.FAILED))
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         _move("delete", names, False, keys, as_json)
 
 
@@ -277,12 +278,12 @@ def set_role(
 
     Example: pushjobs key role alice writer
     """
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         entry = keys.set_role(name, role)
-    if as_json:
-        print_json(entry)
-    else:
-        typer.echo(f"{entry['name']}: role {entry['role']}")
+        if as_json:
+            print_json(entry)
+        else:
+            typer.echo(printable(f"{entry['name']}: role {entry['role']}"))
 
 
 @app.command("show")
@@ -299,19 +300,25 @@ def show(
 
     Example: pushjobs key show web-01
     """
-    with _keys(registry, config, server, server_config) as keys:
+    with _keys(registry, config, server, server_config) as keys, keys.reading():
         shown = keys.show(name)
-    if as_json:
-        print_json(shown)
-        return
+        if as_json:
+            print_json(shown)
+        else:
+            _show_key(shown)
+
+
+def _show_key(shown: dict[str, Any]) -> None:
     main = shown["key"]
     for field in ("name", "kind", "role", "state", "fingerprint", "curve_public"):
         if main.get(field) is not None:
-            typer.echo(f"{field:<12} {main[field]}")
+            typer.echo(printable(f"{field:<12} {main[field]}"))
     for entry in shown["denied"]:
         typer.echo(
-            f"denied       {entry['fingerprint']} (the last of {entry['attempts']} other "
-            "key(s) presented under this name)"
+            printable(
+                f"denied       {entry['fingerprint']} (the last of {entry['attempts']} other "
+                "key(s) presented under this name)"
+            )
         )
 
 
@@ -329,10 +336,11 @@ def _move(
         if as_json:
             continue
         if result["ok"]:
-            typer.echo(f"{result['name']}: {result['previous']} -> {result['state']}")
+            typer.echo(printable(f"{result['name']}: {result['previous']} -> {result['state']}"))
         else:
             message = str(result["error"])
-            error(message if message.startswith(result["name"]) else f"{result['name']}: {message}")
+            name = str(result["name"])
+            error(printable(message if message.startswith(name) else f"{name}: {message}"))
     if as_json:
         print_json(results)
     if not all(r["ok"] for r in results):
@@ -355,7 +363,8 @@ def _each(
         except PushJobsError as exc:
             result = {"ok": False, label: item, "error": str(exc)}
             if not as_json:
-                message = str(exc)
+                # The server's words, which may quote what it was sent: one line.
+                message = printable(str(exc))
                 error(message if message.startswith(item) else f"{item}: {message}")
         else:
             if not as_json:

@@ -22,7 +22,9 @@ A registry is opened directly only when named:
 Every output says which.
 
 Both targets answer in the same shapes: rows of key fields, and one result per name for
-accept, reject and delete.
+accept, reject and delete. A command takes the answer apart inside ``reading()``: for the
+server, ``reading_reply``, so that a reply of another shape is one line and exit code 10;
+for a registry read here, nothing (an error there is a bug of ours, not a reply).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from keys.registry import KeyRegistry
 from pushjobs import paths
 from pushjobs.api.client import ApiClient
 from pushjobs.cli import userconfig
+from pushjobs.cli.render import reading_reply
 from pushjobs.config import load_table, read_toml
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings, open_log
@@ -51,6 +54,8 @@ from pushjobs.log.topics import KEYS
 class Keys(Protocol):
     @property
     def where(self) -> str: ...
+
+    def reading(self) -> contextlib.AbstractContextManager[None]: ...
 
     def rows(self, state: str | None, pattern: str | None) -> list[dict[str, Any]]: ...
 
@@ -72,6 +77,9 @@ class LocalKeys:
     def where(self) -> str:
         path = self.registry.path
         return f"registry file {path}" if path is not None else self.registry.where
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def rows(self, state: str | None, pattern: str | None) -> list[dict[str, Any]]:
         return admin.rows(self.registry, state, pattern)
@@ -96,6 +104,9 @@ class RemoteKeys:
     @property
     def where(self) -> str:
         return f"server {self.client.endpoint}"
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        return reading_reply()
 
     def rows(self, state: str | None, pattern: str | None) -> list[dict[str, Any]]:
         params = {k: v for k, v in (("state", state), ("pattern", pattern)) if v is not None}

@@ -25,7 +25,7 @@ from pushjobs.cli.jobopts import (
     TimeoutOpt,
     VoteTimeoutOpt,
 )
-from pushjobs.cli.render import handle_errors, print_json, printable, table
+from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
 
 app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
 
@@ -36,7 +36,13 @@ UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def when(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except OSError:
+        # Past this platform's time_t: a reply's figure, so told as the ValueError that a
+        # year out of range raises (``reading_reply``), not as an I/O error.
+        raise ValueError(f"a time out of range: {ms} ms") from None
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def duration_s(text: str) -> float:
@@ -160,17 +166,17 @@ def add(
         params["in_s"] = duration_s(in_)
     else:
         params["cron"] = cron
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         schedule = client.call("schedule.add", params)["schedule"]
-    if as_json:
-        print_json(schedule)
-        return
-    typer.echo(
-        printable(
-            f"schedule {schedule['schedule_id']}: {command} {schedule['when']}, "
-            f"next {when(schedule['next_due_ms'])}"
+        if as_json:
+            print_json(schedule)
+            return
+        typer.echo(
+            printable(
+                f"schedule {schedule['schedule_id']}: {command} {schedule['when']}, "
+                f"next {when(schedule['next_due_ms'])}"
+            )
         )
-    )
 
 
 def _row(s: dict[str, Any]) -> dict[str, Any]:
@@ -193,14 +199,14 @@ def list_schedules(
 
     Example: pushjobs schedule list --json
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         result = client.call("schedule.list", {})
-    if as_json:
-        print_json(result)
-        return
-    rows = [_row(s) for s in result["schedules"]]
-    typer.echo(table(rows, ("id", "command", "nodes", "when", "next", "last job")))
-    typer.echo(f"{len(rows)} schedules")
+        if as_json:
+            print_json(result)
+            return
+        rows = [_row(s) for s in result["schedules"]]
+        typer.echo(table(rows, ("id", "command", "nodes", "when", "next", "last job")))
+        typer.echo(f"{len(rows)} schedules")
 
 
 @app.command("show")
@@ -212,11 +218,15 @@ def show(
 
     Example: pushjobs schedule show 3f2a9c1b7d0e
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         schedule = client.call("schedule.show", {"schedule_id": schedule_id})["schedule"]
-    if as_json:
-        print_json(schedule)
-        return
+        if as_json:
+            print_json(schedule)
+            return
+        _show_lines(schedule)
+
+
+def _show_lines(schedule: dict[str, Any]) -> None:
     for name, value in (
         ("id", schedule["schedule_id"]),
         ("command", schedule["command"]),
@@ -234,16 +244,16 @@ def show(
 def _change(
     method: str, schedule_id: str, config: Path | None, server: str | None, as_json: bool
 ) -> None:
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         result = client.call(method, {"schedule_id": schedule_id})
-    if as_json:
-        print_json(result)
-    elif "schedule" in result:
-        s = result["schedule"]
-        state = "paused" if s["paused"] else "next " + when(s["next_due_ms"])
-        typer.echo(f"schedule {schedule_id} {state}")
-    else:
-        typer.echo(f"schedule {schedule_id} deleted")
+        if as_json:
+            print_json(result)
+        elif method == "schedule.delete":
+            typer.echo(printable(f"schedule {result['deleted']} deleted"))
+        else:
+            s = result["schedule"]
+            state = "paused" if s["paused"] else "next " + when(s["next_due_ms"])
+            typer.echo(f"schedule {schedule_id} {state}")
 
 
 @app.command("pause")
@@ -291,18 +301,18 @@ def history(
 
     Example: pushjobs schedule history 3f2a9c1b7d0e
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         result = client.call("schedule.history", {"schedule_id": schedule_id})
-    if as_json:
-        print_json(result)
-        return
-    rows = [
-        {
-            "due": when(f["due_ms"]),
-            "job": f.get("job_id") or "-",
-            "state": f.get("job_state") or "-",
-            "outcome": f.get("outcome") or "fired",
-        }
-        for f in result["fires"]
-    ]
-    typer.echo(table(rows, ("due", "job", "state", "outcome")))
+        if as_json:
+            print_json(result)
+            return
+        rows = [
+            {
+                "due": when(f["due_ms"]),
+                "job": f.get("job_id") or "-",
+                "state": f.get("job_state") or "-",
+                "outcome": f.get("outcome") or "fired",
+            }
+            for f in result["fires"]
+        ]
+        typer.echo(table(rows, ("due", "job", "state", "outcome")))

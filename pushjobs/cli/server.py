@@ -16,7 +16,7 @@ import typer
 
 from pushjobs.cli import userconfig
 from pushjobs.cli.job import ConfigOpt, JsonOpt, ServerOpt
-from pushjobs.cli.render import handle_errors, print_json
+from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply
 
 app = typer.Typer(help="The servers themselves: health, figures, who leads.", no_args_is_help=True)
 LIST_COLUMNS = ("server", "role", "epoch", "last pong", "api", "heartbeat", "reply")
@@ -114,7 +114,8 @@ def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
 def render(info: Mapping[str, Any]) -> str:
     rows = lines(info)
     width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {text}" for label, text in rows)
+    # A server's id and a log error are other people's text: one line each, as they are.
+    return "\n".join(f"{label:<{width}}  {printable(text)}" for label, text in rows)
 
 
 @app.command("status")
@@ -125,12 +126,12 @@ def status(config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt 
 
     Example: pushjobs server status --json
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         info = client.call("server.info", {})
-    if as_json:
-        print_json(info)
-    else:
-        typer.echo(render(info))
+        if as_json:
+            print_json(info)
+        else:
+            typer.echo(render(info))
 
 
 def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
@@ -147,7 +148,8 @@ def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
 def render_list(servers: Sequence[Mapping[str, Any]]) -> str:
     if not servers:
         return "no server has written to the control topic yet"
-    table = [LIST_COLUMNS, *server_rows(servers)]
+    # Names and endpoints are what each server wrote to the control topic: written out.
+    table = [LIST_COLUMNS, *(tuple(map(printable, row)) for row in server_rows(servers))]
     widths = [max(len(row[i]) for row in table) for i in range(len(LIST_COLUMNS))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -166,9 +168,9 @@ def list_servers(
 
     Example: pushjobs server list --json
     """
-    with userconfig.connect(config, server) as client:
+    with userconfig.connect(config, server) as client, reading_reply():
         servers = client.call("server.list", {})["servers"]
-    if as_json:
-        print_json(servers)
-    else:
-        typer.echo(render_list(servers))
+        if as_json:
+            print_json(servers)
+        else:
+            typer.echo(render_list(servers))
