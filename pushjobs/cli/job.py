@@ -6,7 +6,6 @@ import math
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -306,7 +305,7 @@ def show_jobs(result: dict[str, Any], as_json: bool) -> None:
             "state": j["state"],
             "nodes": j["targets"],
             "summary": jobview.summary_text(j),
-            "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j["created_ms"] / 1000)),
+            "created": jobview.local_time(j["created_ms"]),
         }
         for j in result["jobs"]
     ]

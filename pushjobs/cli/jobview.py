@@ -5,6 +5,7 @@ What the server sends back (states, node names, reasons) is shown through
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,3 +95,13 @@ def with_output_hint(job_id: str, node: str, state: str, reason: str) -> str:
         return reason
     hint = f"output: pushjobs job output {job_id} {node} --channel stderr"
     return f"{reason}; {hint}" if reason else hint
+
+
+def local_time(ms: int) -> str:
+    """``ms`` since the epoch as this machine's local time. Pure."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    except OSError:
+        # Past this platform's time_t: a reply's figure, told as the ValueError a wrongly
+        # shaped reply raises (``reading_reply``), not as an I/O error.
+        raise ValueError(f"a time out of range: {ms} ms") from None

@@ -84,6 +84,17 @@ CASES: list[tuple[tuple[str, ...], Any]] = [
     # A time too far for this platform's clock: an OSError inside datetime.
     (("schedule", "list"), {"schedules": [{**SCHEDULE, "next_due_ms": 10**20}]}),
     (("schedule", "show", "s1"), {"schedule": None}),
+    # The same in job list's local time (time.localtime).
+    (
+        ("job", "list"),
+        {
+            "total": 1,
+            "jobs": [
+                {"job_id": "j1", "command": "true", "state": "complete", "targets": 1}
+                | {"summary": {}, "created_ms": 10**20}
+            ],
+        },
+    ),
     (("schedule", "history", "s1"), {"fires": [{"due_ms": "yesterday"}]}),
     (("schedule", "pause", "s1"), {"schedule": {"paused": False}}),
     (("schedule", "resume", "s1"), "a string"),
