@@ -19,7 +19,7 @@ import orjson
 import typer
 
 from pushjobs.cli.exitcodes import Exit, for_error
-from pushjobs.errors import PushJobsError
+from pushjobs.errors import ApiError, PushJobsError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -98,7 +98,9 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except PushJobsError as exc:
-            error(str(exc))
+            # A server's refusal may echo what someone else sent (a job's command): one
+            # line, escaped. Our own messages may span lines on purpose (a sample config).
+            error(printable(str(exc)) if isinstance(exc, ApiError) else str(exc))
             raise typer.Exit(int(for_error(exc))) from None
 
     return wrapper

@@ -18,12 +18,12 @@ import typer
 
 from keys import files
 from keys.identity import generate
-from pushjobs.cli import jobview, userconfig
+from pushjobs.cli import jobview, render, userconfig
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.job import batch_params, job_params, show_jobs
 from pushjobs.cli.node import _show as show_nodes
 from pushjobs.cli.render import printable, reading_reply, table
-from pushjobs.errors import ConfigError, NotFound
+from pushjobs.errors import ApiError, ConfigError, NotFound
 
 # --- control characters are written out --------------------------------------------------
 
@@ -264,3 +264,15 @@ def test_finite_job_timings_are_sent() -> None:
         5.0,
         0.0,
     )
+
+
+def test_a_servers_refusal_is_one_line_whatever_it_echoes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    @render.handle_errors
+    def refused() -> None:
+        raise ApiError("no job 'x\nFORGED-ROW'", code="not_found")
+
+    with pytest.raises(typer.Exit):
+        refused()
+    assert capsys.readouterr().err == "error: no job 'x\\nFORGED-ROW'\n"
