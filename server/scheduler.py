@@ -41,7 +41,6 @@ from server.jobparams import job_params, job_request
 from server.jobs import Jobs
 from server.jobwatch import JobWatch
 from server.partitions import Partitions, group_of
-from server.records import refuse_unrecordable
 from server.schedcatalog import Catalog, Entry
 from server.schedlog import agreed_count, key_of
 from server.schedowner import Owner
@@ -267,18 +266,10 @@ class Scheduler:
             self.unstarted.pop(fire.job_id, None)
             return  # deleted since
         try:
-            request = job_request(entry.schedule.job)
-            # A job kept before today's checks (or past them) must be refused here: once
-            # started, it would stop the server each time its snapshot is written.
-            settings = self.jobs.settings
-            refuse_unrecordable(
-                now_ms,
-                request.vote_timeout_s or settings.vote_timeout_s,
-                request.run_timeout_s or settings.run_timeout_s,
-                request.options,
-            )
+            # A job kept before today's checks that cannot be recorded is refused by
+            # ``Jobs.start`` before anything is written: this fire fails, the server lives.
             self.jobs.start(
-                request,
+                job_request(entry.schedule.job),
                 f"schedule:{fire.schedule_id}",
                 now_ms,
                 job_id=fire.job_id,
