@@ -44,6 +44,7 @@ from pushjobs.log.kafka_client import load, translate_exception
 from pushjobs.log.kafka_member import (
     PARTITION,
     GroupProtocol,
+    RebalanceEvents,
     confirmed_by_coordinator,
     generation_of,
     group_overrides,
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 SHARE_PROTOCOL: GroupProtocol = "classic"  # see the module docstring
 
 
-class KafkaShare:
+class KafkaShare(RebalanceEvents):
     """A ``GroupShare`` backed by one confluent-kafka consumer subscribed to every topic."""
 
     def __init__(
@@ -173,19 +174,8 @@ class KafkaShare:
     def _serve(self) -> None:
         serve_group(self._ck, self.consumer, self.group, self._member_id)
 
-    # Rebalance callbacks: run by librdkafka inside consumer.poll(), on this thread.
-
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        consumer.incremental_assign(partitions)
-        consumer.pause(partitions)
+    def _take(self, partitions: list[Any]) -> None:
         self._held.update(self._topics_of(partitions))
-
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        self._drop(partitions)
-
-    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        log.info("group %s member %s lost its assignment", self.group, self._member_id)
-        self._drop(partitions)
 
     def _drop(self, partitions: list[Any]) -> None:
         for topic in self._topics_of(partitions):

@@ -145,7 +145,34 @@ def leave_group(ck: Any, box: list[Any], name: str) -> None:
     destroy_detached(box, name)
 
 
-class KafkaGroupMember(NamedMember):
+class RebalanceEvents:
+    """librdkafka's rebalance callbacks, run inside ``consumer.poll()`` on the polling
+    thread: what is assigned is taken paused (``_take``), what is revoked or lost is
+    dropped (``_drop``)."""
+
+    group: str
+    _member_id: str
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)
+        self._take(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self._drop(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        log.info("group %s member %s lost its assignment", self.group, self._member_id)
+        self._drop(partitions)
+
+    def _take(self, partitions: list[Any]) -> None:
+        raise NotImplementedError
+
+    def _drop(self, partitions: list[Any]) -> None:
+        raise NotImplementedError
+
+
+class KafkaGroupMember(RebalanceEvents, NamedMember):
     """A ``GroupMember`` backed by a subscribed confluent-kafka consumer."""
 
     def __init__(
@@ -245,19 +272,8 @@ class KafkaGroupMember(NamedMember):
     def _generation(self) -> int:
         return generation_of(self._ck, self.consumer)
 
-    # Rebalance callbacks: run by librdkafka inside consumer.poll(), on this thread.
-
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        consumer.incremental_assign(partitions)
-        consumer.pause(partitions)
+    def _take(self, partitions: list[Any]) -> None:
         self._held.update(p.partition for p in partitions if p.topic == self.topic)
-
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        self._drop(partitions)
-
-    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        log.info("group %s member %s lost its assignment", self.group, self._member_id)
-        self._drop(partitions)
 
     def _drop(self, partitions: list[Any]) -> None:
         self._held.difference_update(p.partition for p in partitions if p.topic == self.topic)
