@@ -98,6 +98,20 @@ class Watchdog:
         return info
 
 
+def _strangers(transport: Transport, fleet: Fleet, count: int) -> list[Any]:
+    """``count`` connections to the API, each with a key of its own the server never saw."""
+    return [
+        transport.socket(
+            "dealer",
+            connect=fleet.sandbox.api,
+            curve_client=_stranger(),
+            server_public=_server_public(fleet),
+            hwm=100_000,  # the attacker's own memory holds what the server will not
+        )
+        for _ in range(count)
+    ]
+
+
 def _stranger() -> CurveKeys:
     key = generate("stranger", "user")
     return CurveKeys(key.public.curve_public, key.curve_secret)
@@ -391,16 +405,7 @@ def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> Non
     identities = [generate(f"spam-{n}", "node") for n in range(50)]
     now_ms = time.time_ns() // 1_000_000
     with Transport() as transport:
-        socks = [
-            transport.socket(
-                "dealer",
-                connect=fleet.sandbox.api,
-                curve_client=_stranger(),
-                server_public=_server_public(fleet),
-                hwm=100_000,  # the attacker's own memory holds what the server will not
-            )
-            for _ in range(25)
-        ]
+        socks = _strangers(transport, fleet, 25)
         for n in range(500):
             for c, sock in enumerate(socks):
                 sock.send_multipart(_config_request(f"conn-{c}-{n}", now_ms, identities[n % 50]))
@@ -429,16 +434,7 @@ def test_a_flood_of_connections_from_one_source_is_capped(fleet: Fleet) -> None:
 
     before = refused()
     with Transport() as transport:
-        socks = [
-            transport.socket(
-                "dealer",
-                connect=fleet.sandbox.api,
-                curve_client=_stranger(),
-                server_public=_server_public(fleet),
-                hwm=100_000,  # the attacker's own memory holds what the server will not
-            )
-            for _ in range(500)
-        ]
+        socks = _strangers(transport, fleet, 500)
         for sock in socks:
             for frames in requests:
                 sock.send_multipart(frames)

@@ -8,7 +8,7 @@ import pytest
 
 from pushjobs.pipeline import spark_job
 from tests.pipeline import history as h
-from tests.pipeline.test_metrics import same_latency, same_rows
+from tests.pipeline.test_metrics import is_the_batch_report, same_latency
 
 pytestmark = pytest.mark.spark
 
@@ -101,9 +101,4 @@ def test_a_slow_tail_is_not_a_straggler_a_slow_node_is(spark):
 
 def test_a_batch_node_runs_from_its_turn_and_skipped_nodes_are_an_outcome(spark):
     report = spark_job.compute(frame(spark, h.BATCH), since=0, until=h.BATCH_UNTIL, min_samples=1)
-    assert report.outcomes == h.BATCH_OUTCOMES
-    assert report.by_command == h.BATCH_BY_COMMAND
-    assert report.outcomes_by_day == h.BATCH_OUTCOMES_BY_DAY
-    same_latency(report.latency, h.BATCH_LATENCY)
-    same_rows(report.latency_by_command, h.BATCH_LATENCY_BY_COMMAND)
-    assert report.stragglers == []
+    is_the_batch_report(report)
