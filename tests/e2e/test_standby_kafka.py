@@ -177,12 +177,15 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
             stopped_at = time.time()
             try:
                 # Past the broker's session, by more than the lease's renewal period.
-                time.sleep(SESSION_MS / 1000 + beyond_s)  # noqa: the pause under test
+                time.sleep(SESSION_MS / 1000 + beyond_s)  # the pause under test, not a wait
             finally:
                 os.kill(old.pid, signal.SIGCONT)
             wait_until(lambda: pair.leader_api() is not None, timeout_s=TAKEOVER_S)
             wait_until(lambda: info_of(pair, leading) is not None, timeout_s=10)
             moved = pair.leader_api() == other
+            if moved:
+                # ``server.list`` can say so before the successor's sampler next asks it.
+                wait_until(lambda: any(s.leader for s in samplers[other].samples), timeout_s=10)
         finally:
             samples = {api: sampler.stop() for api, sampler in samplers.items()}
         # Never two leaders: no sample of the old leader claims it once the new one did.
