@@ -45,6 +45,7 @@ from pushjobs.protocol.messages import (
 from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
 from server.effects import Effect, JobChanged, NodeChanged, Send
+from server.finished import Finished, option_bytes
 from server.job import Job
 
 
@@ -66,21 +67,24 @@ Change = Effect | JobCreated | OutputReceived
 
 
 class Coordinator:
-    def __init__(self, keep_finished: int = 10_000, keep_finished_nodes: int = 500_000) -> None:
-        self.keep_finished = keep_finished
-        # Jobs alone do not bound memory: a finished 50,000-node job holds ~16 MB, so
-        # 10,000 of them would not fit. The newest finished job is always kept.
-        self.keep_finished_nodes = keep_finished_nodes
-        self._finished_nodes = 0
+    def __init__(
+        self,
+        keep_finished: int = 10_000,
+        keep_finished_nodes: int = 500_000,
+        keep_finished_option_bytes: int = 64_000_000,
+    ) -> None:
+        self.finished = Finished(keep_finished, keep_finished_nodes, keep_finished_option_bytes)
         self.jobs: dict[str, Job] = {}
         self.versions: dict[str, int] = {}
         self.outputs: dict[tuple[str, str], OutputReceived] = {}
+        self._output_nodes: dict[str, list[str]] = {}  # job id -> nodes in ``outputs``
         self.late: Counter[str] = Counter()
         self._active_by_node: dict[str, set[str]] = {}
-        self._finished: dict[str, None] = {}  # oldest first
         # Jobs not finished, in creation order: every loop turn asks for their deadlines,
         # and up to ``keep_finished`` finished jobs must not make each turn O(jobs).
         self._active: dict[str, Job] = {}
+        # Jobs not finished per ``requested_by``, for the per-caller bound (``handlers.py``).
+        self._unfinished_by: Counter[str] = Counter()
         # Jobs whose version moved (or that were forgotten) since ``take_touched``: parked
         # watches look at these only, so a turn costs O(changed jobs), not O(watches).
         self.touched: set[str] = set()
@@ -161,6 +165,7 @@ class Coordinator:
                 job.job_id, node, output, getattr(message, "exit_status", None)
             )
             self.outputs[(job.job_id, node)] = received
+            self._output_nodes.setdefault(job.job_id, []).append(node)
             out.append(received)
         self._after(job, out)
         return out
@@ -259,6 +264,13 @@ class Coordinator:
         self._after(job, out)
         return out
 
+    def crash(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
+        """End a job ``crashed`` for a reason of the server's own (its nodes told to abort)."""
+        job = self.jobs[job_id]
+        out: list[Change] = list(job.crash(now_ms, reason))
+        self._after(job, out)
+        return out
+
     def tick(self, now_ms: int) -> list[Change]:
         out: list[Change] = []
         for job in self.active():
@@ -308,11 +320,17 @@ class Coordinator:
     def targets_pending(self, node: str) -> bool:
         return bool(self._active_by_node.get(node))
 
+    def unfinished_by(self, caller: str) -> int:
+        """How many jobs ``caller`` requested that have not finished (new, voting, running)."""
+        return self._unfinished_by.get(caller, 0)
+
     # --- internals ------------------------------------------------------------------------
 
     def _add(self, job: Job) -> None:
         self.jobs[job.job_id] = job
         if not job.finished:
+            if job.job_id not in self._active:
+                self._unfinished_by[job.requested_by] += 1
             self._active[job.job_id] = job
         self.versions.setdefault(job.job_id, 0)
         self.touched.add(job.job_id)
@@ -344,24 +362,19 @@ class Coordinator:
                 self._active_by_node.setdefault(name, set()).add(job.job_id)
 
     def _retire(self, job_id: str) -> None:
-        self._active.pop(job_id, None)
-        if job_id in self._finished:
+        job = self.jobs[job_id]
+        if self._active.pop(job_id, None) is not None:
+            self._unfinished_by[job.requested_by] -= 1
+            if not self._unfinished_by[job.requested_by]:
+                del self._unfinished_by[job.requested_by]
+        if job_id in self.finished:
             return
-        self._finished[job_id] = None
-        self._finished_nodes += len(self.jobs[job_id].nodes)
-        while len(self._finished) > 1 and (
-            len(self._finished) > self.keep_finished
-            or self._finished_nodes > self.keep_finished_nodes
-        ):
-            old = next(iter(self._finished))
-            del self._finished[old]
-            gone = self.jobs.pop(old, None)
-            if gone is not None:
-                self._finished_nodes -= len(gone.nodes)
+        for old in self.finished.add(job_id, len(job.nodes), option_bytes(job.options)):
+            self.jobs.pop(old, None)
             self.versions.pop(old, None)
             self.touched.add(old)
-            for key in [k for k in self.outputs if k[0] == old]:
-                del self.outputs[key]
+            for node in self._output_nodes.pop(old, ()):  # not a pass over every output
+                self.outputs.pop((old, node), None)
 
 
 def changed_jobs(changes: Iterable[Change]) -> list[str]:

@@ -7,15 +7,24 @@ returns the JSON result or raises ``ApiError``; ``job.watch`` may instead return
 ``job.start`` refuses a variable name that no agent would accept (the agents' env
 policies decide the rest) and seals ``secret_env`` values before anything keeps them:
 from here on they exist in clear only inside the commit sent to a node.
+
+What one user key may make the server hold and write is bounded before its params are
+read: ``job.start`` is refused ``busy`` while the key has ``max_active_jobs_per_caller``
+jobs not finished, and ``job.start`` and ``schedule.add`` together past a token bucket per
+key (``quotas.py``), with the seconds to wait. Admin keys are not bounded: an admin can
+make new keys at will, so a bound per admin key would bound nothing, and an admin must be
+able to act in an incident. A schedule's fires do not come through here (``scheduler.py``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
+from pushjobs.clock import Clock
 from pushjobs.errors import ApiError, KeyFileError, NotFound, PushJobsError, TargetError
 from pushjobs.protocol.framing import Limits
 from pushjobs.states import JobState
@@ -23,11 +32,15 @@ from server.coordinator import Coordinator
 from server.jobparams import JobRequest, _names, _str, bad, job_params, job_request
 from server.keyadmin import KeyAdmin
 from server.nodes import NodeTable
+from server.quotas import RateQuota
 from server.schedadmin import SchedAdmin
 from server.sealing import SecretBox
+from server.settings import JobSettings
 
 WATCH: Final = object()
 """A handler's answer meaning: park this request until the job changes or time passes."""
+RATED: Final = frozenset({"job.start", "schedule.add"})
+"""The methods that take a token from the caller's bucket: each makes the server write."""
 
 
 class Sealer(Protocol):
@@ -42,10 +55,14 @@ class JobEffects(Protocol):
     @property
     def sender(self) -> Sealer: ...
 
+    @property
+    def settings(self) -> JobSettings: ...
+
 
 class Backend(Protocol):
     nodes: NodeTable
     registry: KeyRegistry
+    clock: Clock
 
     @property
     def jobs(self) -> JobEffects:
@@ -84,6 +101,10 @@ class ApiHandlers:
     def __init__(self, backend: Backend, secrets: SecretBox | None = None) -> None:
         self.b = backend
         self.secrets = secrets if secrets is not None else backend.jobs.sender.secrets
+        settings = backend.jobs.settings
+        self.starts = RateQuota(
+            settings.job_starts_per_minute_per_caller, settings.job_start_burst_per_caller
+        )
         self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
             "server.info": lambda p, c: self.b.info(),
             "server.list": lambda p, c: {"servers": self.b.servers()},
@@ -96,13 +117,15 @@ class ApiHandlers:
             "node.list": self.node_list,
             "node.status": self.node_status,
             **KeyAdmin(self.b).table(),
-            **SchedAdmin(self.b).table(),
+            **SchedAdmin(self.b, self._fire_budget).table(),
         }
 
     def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
         handler = self.table.get(method)
         if handler is None:
             raise bad(f"unknown method {method!r}")
+        if method in RATED and not self._is_admin(caller):
+            self._within_bounds(method, caller)
         try:
             return handler(params, caller)
         except ApiError:
@@ -114,6 +137,40 @@ class ApiHandlers:
             raise ApiError(str(exc), code=code) from None
         except PushJobsError as exc:
             raise ApiError(str(exc), code=methods.INTERNAL) from None
+
+    # --- per-caller bounds ------------------------------------------------------------------
+
+    def _is_admin(self, caller: str) -> bool:
+        entry = self.b.registry.find(caller)
+        return entry is not None and entry.role == "admin"
+
+    def _fire_budget(self, caller: str) -> float | None:
+        """How often ``caller``'s schedules may fire a minute, all told (None: an admin)."""
+        if self._is_admin(caller):
+            return None
+        return self.b.jobs.settings.schedule_fires_per_minute_per_caller
+
+    def _within_bounds(self, method: str, caller: str) -> None:
+        """Refuse (``busy``, nothing changed) what would take ``caller`` past its bounds."""
+        settings = self.b.jobs.settings
+        limit = settings.max_active_jobs_per_caller
+        unfinished = self.b.coordinator.unfinished_by(caller) if method == "job.start" else 0
+        if unfinished >= limit:
+            raise ApiError(
+                f"{caller} has {unfinished} jobs not finished; one key may have {limit} "
+                "(jobs.max_active_jobs_per_caller): wait for one to end, or abort one",
+                code=methods.BUSY,
+            )
+        wait_ms = self.starts.take(caller, round(self.b.clock.monotonic() * 1000))
+        if wait_ms:
+            retry_s = math.ceil(wait_ms / 100) / 10  # rounded up: retrying then succeeds
+            raise ApiError(
+                f"{caller} is over its limit of {settings.job_starts_per_minute_per_caller:g} "
+                f"job starts and schedule adds a minute, after a burst of "
+                f"{settings.job_start_burst_per_caller} (jobs.job_starts_per_minute_per_caller, "
+                f"jobs.job_start_burst_per_caller): retry in {retry_s:.1f} s",
+                code=methods.BUSY,
+            )
 
     # --- jobs -----------------------------------------------------------------------------
 

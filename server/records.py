@@ -20,6 +20,9 @@ from server.coordinator import Change, JobCreated, OutputReceived
 from server.effects import JobChanged, NodeChanged
 from server.job import Job
 
+# What orjson raises for a value it cannot encode (its JSONEncodeError is a TypeError).
+UNENCODABLE = (TypeError, ValueError, OverflowError)
+
 
 def event(
     kind: str,
@@ -118,8 +121,15 @@ def job_events(
                 )
             case _:
                 continue
-        out.append((key, orjson.dumps(rec)))
+        out.append((key, _dumps(rec)))
     return out
+
+
+def _dumps(record: Mapping[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(record)
+    except UNENCODABLE:  # a bug put it there: the event is written all the same
+        return orjson.dumps(recordable(record))
 
 
 def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tuple[str, bytes]:
@@ -130,11 +140,19 @@ CHUNK_KEY = "/nodes/"
 INT64_MAX = 2**63 - 1  # the log's JSON (orjson) and its readers carry 64-bit integers
 
 
+class Unrecordable(ApiError):
+    """A job whose records could not be written. Its own values (and the leader's default
+    timeouts) make it fail, not the fleet's state: the same job is refused every time."""
+
+    code = methods.BAD_REQUEST
+
+
 def refuse_unrecordable(
     now_ms: int, vote_timeout_s: float, run_timeout_s: float, options: Mapping[str, Any]
 ) -> None:
-    """Refuse (``bad_request``) a job whose records could not be written: its start command,
-    and the snapshot derived from it (timeouts and deadlines in 64-bit milliseconds).
+    """Refuse (``Unrecordable``, a ``bad_request``) a job whose records could not be
+    written: its start command, and the snapshot derived from it (timeouts and deadlines
+    in 64-bit milliseconds).
 
     Called before anything is written: a job that fails to encode later, in the snapshot
     written after every change, would stop the server, and again when its start command
@@ -148,8 +166,8 @@ def refuse_unrecordable(
         if any(abs(n) > INT64_MAX for n in derived):
             raise OverflowError(f"{max(derived)} ms exceeds 64 bits")
         orjson.dumps({"derived": derived, "options": options})
-    except (TypeError, ValueError, OverflowError) as exc:  # orjson's errors are TypeErrors
-        raise ApiError(f"the job cannot be recorded: {exc}", code=methods.BAD_REQUEST) from None
+    except UNENCODABLE as exc:
+        raise Unrecordable(f"the job cannot be recorded: {exc}") from None
 
 
 def snapshot_records(
@@ -160,6 +178,30 @@ def snapshot_records(
     out = [(key, orjson.dumps({**job.header(), "version": version}))]
     for index in sorted(range(job.chunks) if chunks is None else set(chunks)):
         out.append((f"{key}{CHUNK_KEY}{index}", job.chunk_bytes(index)))
+    return out
+
+
+def recordable(value: Any) -> Any:
+    """``value`` with what orjson cannot encode (an integer beyond 64 bits, a lone
+    surrogate, an object of no JSON type) replaced by its ``repr``, and keys made strings:
+    the record of a job whose values a bug made unencodable, written rather than lost."""
+    if isinstance(value, Mapping):
+        return {recordable(str(k)): recordable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [recordable(v) for v in value]
+    try:
+        orjson.dumps(value)
+    except UNENCODABLE:
+        return repr(value)
+    return value
+
+
+def recordable_snapshot(job: Job, version: int) -> list[tuple[str, bytes]]:
+    """All of a job's snapshot records, what cannot be encoded in them as its ``repr``."""
+    key = f"job:{job.job_id}"
+    out = [(key, orjson.dumps(recordable({**job.header(), "version": version})))]
+    for index in range(job.chunks):
+        out.append((f"{key}{CHUNK_KEY}{index}", orjson.dumps(recordable(job.chunk(index)))))
     return out
 
 

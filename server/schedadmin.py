@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pushjobs.api import methods
 from pushjobs.errors import ApiError
+from server import schedbudget
 from server.schedule import CatchUp, Overlap, ScheduleError, Trigger, parse_at_ms
 
 # A due time further than this is a typing error, and its milliseconds would outgrow the
@@ -89,8 +90,13 @@ def policies(params: Mapping[str, Any]) -> tuple[CatchUp, Overlap]:
 
 
 class SchedAdmin:
-    def __init__(self, holder: object) -> None:
+    def __init__(
+        self, holder: object, fire_budget: Callable[[str], float | None] = lambda caller: None
+    ) -> None:
+        """``fire_budget``: the fires a minute a caller's schedules may add up to (None: no
+        bound, for admins; ``schedbudget.py``)."""
         self.holder = holder
+        self.fire_budget = fire_budget
 
     @property
     def scheduler(self) -> Scheduler:
@@ -118,4 +124,9 @@ class SchedAdmin:
         now_ms = scheduler.clock.wall_ms()
         when = trigger(params, now_ms)
         catch_up, overlap = policies(params)
+        per_minute = self.fire_budget(caller)
+        if per_minute is not None:
+            held = [e.schedule for e in scheduler.catalog.entries.values()]
+            mine = [s.trigger for s in held if s.created_by == caller]
+            schedbudget.check(caller, when, mine, now_ms, per_minute)
         return {"schedule": scheduler.add(params, caller, when, catch_up, overlap)}

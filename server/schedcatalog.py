@@ -179,9 +179,25 @@ class Catalog:
             self.damaged += 1
             log.error("cannot read %s in %s: %s", key, topic, exc)
 
-    def put(self, sid: str, entry: Entry) -> None:
-        """A definition the leader just wrote (it reads it again, harmlessly, later)."""
-        self.entries[sid] = entry
+    def put(self, sid: str, entry: Entry | None) -> None:
+        """A definition the leader just wrote, or deleted (None); it reads it again,
+        harmlessly, later."""
+        if entry is None:
+            self.entries.pop(sid, None)
+        else:
+            self.entries[sid] = entry
+
+    def auto_paused(self, sid: str, due_ms: int, reason: str) -> Entry | None:
+        """``sid`` paused by the server, its fire due at ``due_ms`` refused for ``reason``
+        (one that would refuse every fire alike); None when there is nothing to pause: a
+        one-shot (no other fire to spare), one paused already or deleted, or one resumed
+        since that due time (the fix may have come in between)."""
+        entry = self.entries.get(sid)
+        if entry is None or entry.schedule.paused or entry.schedule.trigger.cron is None:
+            return None
+        if due_ms < entry.from_ms:
+            return None
+        return Entry(entry.schedule.with_paused(True, reason), entry.from_ms, entry.topic)
 
     def state(self, sid: str) -> dict[str, Any] | None:
         """The latest fire state of ``sid``; None if it never fired (or it is damaged)."""

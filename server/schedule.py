@@ -16,6 +16,10 @@ rules at a change of daylight saving time, so nothing fires twice and nothing is
   first occurrence;
 - an interval schedule (``*/15 * * * *``) follows real elapsed time across the change.
 
+A paused schedule fires nothing until resumed. The leader pauses a cron schedule on its
+own, with a ``paused_reason``, when a fire's job cannot be recorded (``scheduler.py``):
+every fire would be refused alike.
+
 A fire's job id is derived from (schedule id, due time), in the format of any job id
 (due time in hex, then 8 hex digits): whoever fires a due time, however often, names the
 same job, and the leader starts a job id at most once.
@@ -107,6 +111,9 @@ class Schedule:
     paused: bool = False
     created_ms: int = 0
     created_by: str = ""
+    # Why the server paused it on its own ("" when an operator did, or it is not paused):
+    # its job could never be started, so it is not fired to fail at every due time.
+    paused_reason: str = ""
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.schedule_id):
@@ -128,8 +135,9 @@ class Schedule:
     def command(self) -> str:
         return str(self.job.get("command", ""))
 
-    def with_paused(self, paused: bool) -> Schedule:
-        return replace(self, paused=paused)
+    def with_paused(self, paused: bool, reason: str = "") -> Schedule:
+        """Paused (with the server's ``reason``, if it paused it) or resumed (no reason)."""
+        return replace(self, paused=paused, paused_reason=reason if paused else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,6 +149,7 @@ class Schedule:
             "paused": self.paused,
             "created_ms": self.created_ms,
             "created_by": self.created_by,
+            "paused_reason": self.paused_reason,
         }
 
     @classmethod
@@ -158,6 +167,7 @@ class Schedule:
                 paused=bool(value.get("paused", False)),
                 created_ms=int(value.get("created_ms", 0)),
                 created_by=str(value.get("created_by", "")),
+                paused_reason=str(value.get("paused_reason") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ScheduleError(f"not a schedule: {type(exc).__name__}: {exc}") from None

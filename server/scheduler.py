@@ -41,6 +41,7 @@ from server.jobparams import job_params, job_request
 from server.jobs import Jobs
 from server.jobwatch import JobWatch
 from server.partitions import Partitions, group_of
+from server.records import Unrecordable
 from server.schedcatalog import Catalog, Entry
 from server.schedlog import agreed_count, key_of
 from server.schedowner import Owner
@@ -266,8 +267,8 @@ class Scheduler:
             self.unstarted.pop(fire.job_id, None)
             return  # deleted since
         try:
-            # A job kept before today's checks that cannot be recorded is refused by
-            # ``Jobs.start`` before anything is written: this fire fails, the server lives.
+            # A job that cannot be recorded (kept before today's checks, or the leader's
+            # default timeout) is refused before anything is written: the server lives.
             self.jobs.start(
                 job_request(entry.schedule.job),
                 f"schedule:{fire.schedule_id}",
@@ -279,6 +280,8 @@ class Scheduler:
             if exc.code == methods.NOT_LEADER:
                 return  # kept: the next leader reads it again (not committed)
             self._failed(fire, exc)
+            if isinstance(exc, Unrecordable):
+                self._pause_unrecordable(fire, str(exc))
         except LogError:
             raise  # kept: started once the log answers
         except (PushJobsError, KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -290,6 +293,18 @@ class Scheduler:
             "schedule %s: fire due at %d not started: %s", fire.schedule_id, fire.due_ms, exc
         )
         self.not_started[(fire.schedule_id, fire.due_ms)] = f"not started: {exc}"
+
+    def _pause_unrecordable(self, fire: Fire, reason: str) -> None:
+        """Pause, as ``schedule pause`` does (durable, for every leader), a recurring
+        schedule whose every fire would be refused alike (``Catalog.auto_paused``)."""
+        changed = self.catalog.auto_paused(fire.schedule_id, fire.due_ms, reason)
+        if changed is None:
+            return
+        try:
+            self._write(fire.schedule_id, changed, changed.topic)
+        except ApiError:
+            return  # deposed: the next leader pauses it at its next fire
+        log.error("schedule %s paused: %s (resume it once fixed)", fire.schedule_id, reason)
 
     # --- the API ----------------------------------------------------------------------------
 
@@ -305,11 +320,13 @@ class Scheduler:
         return entry
 
     def _write(self, sid: str, entry: Entry | None, topic: str) -> None:
-        """A definition written to its partition (fenced by this leader's epoch)."""
+        """A definition written to its partition (fenced by this leader's epoch), then
+        known here (a tombstone: forgotten); not written (raises): not known either."""
         value = None
         if entry is not None:
             value = orjson.dumps({"schedule": entry.schedule.to_json(), "from_ms": entry.from_ms})
         self.leadership.append(topic, [(key_of(sid), value)])
+        self.catalog.put(sid, entry)
         self.follow_at_ms = 0  # its owner may be this server: read it at the next tick
 
     def add(
@@ -340,7 +357,6 @@ class Scheduler:
         sid = schedule.schedule_id
         entry = Entry(schedule, now_ms, topic_of(self.topic, sid, self.count))
         self._write(sid, entry, entry.topic)  # not durable: not kept (raises)
-        self.catalog.put(sid, entry)
         log.info("schedule %s: %s %s, by %s", sid, schedule.command, describe(schedule), caller)
         return self.catalog.view(sid)
 
@@ -350,13 +366,11 @@ class Scheduler:
         from_ms = entry.from_ms if paused else max(entry.from_ms, self.clock.wall_ms())
         changed = Entry(entry.schedule.with_paused(paused), from_ms, entry.topic)
         self._write(schedule_id, changed, entry.topic)
-        self.catalog.put(schedule_id, changed)
         return self.catalog.view(schedule_id)
 
     def delete(self, schedule_id: str) -> dict[str, Any]:
         entry = self._get(schedule_id)
         self._write(schedule_id, None, entry.topic)
-        self.catalog.entries.pop(schedule_id, None)
         return {"deleted": schedule_id, "command": entry.schedule.command}
 
     def rows(self) -> list[dict[str, Any]]:

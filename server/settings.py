@@ -35,6 +35,7 @@ from pushjobs import paths
 from pushjobs.config import LivenessSettings, ProtocolSettings
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
+from server.jobparams import MAX_SECONDS
 from server.metrics import parse_bind
 from server.shards import DEFAULT_PARTITIONS, MAX_PARTITIONS
 
@@ -139,18 +140,48 @@ class JobSettings:
     """Finished jobs kept in memory for job list/status (all stay in the log)."""
     keep_finished_nodes: int = 500_000
     """And at most this many node rows across them (~330 bytes each): oldest go first."""
+    keep_finished_option_bytes: int = 64_000_000
+    """And at most this many bytes of their options (env, secret_env, cwd: up to ~64 KB a
+    job, a few hundred bytes usually) across them: oldest go first."""
+    max_active_jobs_per_caller: int = 1000
+    """Jobs one user key may have not finished yet (new, voting or running); one more is
+    refused ``busy`` until one ends. Each holds its options (up to ~64 KB) in memory. Admin
+    keys and schedules' fires are not counted."""
+    job_starts_per_minute_per_caller: float = 60.0
+    """``job.start`` and ``schedule.add`` requests one user key may make a minute, after a
+    burst of ``job_start_burst_per_caller``; one more is refused ``busy`` with the seconds
+    to wait. A job writes its options to the log several times (its start request, its
+    snapshot at each change). Admin keys are not limited."""
+    job_start_burst_per_caller: int = 300
+    """How many of those requests one user key may make at once (a script starting a job
+    on each of a few hundred nodes in turn) before the rate above applies."""
+    schedule_fires_per_minute_per_caller: float = 60.0
+    """How often one user key's recurring schedules may fire, all together, counted over
+    the hour ahead when it adds one (an every-second schedule fires 60 times a minute);
+    past it the add is refused ``busy``. Its schedules start jobs without asking, so this
+    bounds them as the rate above bounds ``job.start``. Admin keys are not limited."""
 
     def check(self) -> Iterable[tuple[str, str]]:
-        if self.vote_timeout_s <= 0:
-            yield "vote_timeout_s", "must be greater than 0"
-        if self.run_timeout_s <= 0:
-            yield "run_timeout_s", "must be greater than 0"
+        for timeout in ("vote_timeout_s", "run_timeout_s"):
+            # As for a job's own: beyond a year it is a typing error, and every job that
+            # names none could not be recorded (its deadline outgrows 64-bit milliseconds).
+            if not 0 < getattr(self, timeout) <= MAX_SECONDS:  # NaN too
+                yield timeout, "must be greater than 0 and at most a year (31536000)"
         if self.max_nodes < 1:
             yield "max_nodes", "must be at least 1"
         if self.keep_finished < 1:
             yield "keep_finished", "must be at least 1"
-        if self.keep_finished_nodes < 1:
-            yield "keep_finished_nodes", "must be at least 1"
+        for bound in (
+            "keep_finished_nodes",
+            "keep_finished_option_bytes",
+            "max_active_jobs_per_caller",
+            "job_start_burst_per_caller",
+        ):
+            if getattr(self, bound) < 1:
+                yield bound, "must be at least 1"
+        for rate in ("job_starts_per_minute_per_caller", "schedule_fires_per_minute_per_caller"):
+            if not getattr(self, rate) > 0:  # NaN too
+                yield rate, "must be greater than 0"
 
 
 @dataclass(frozen=True, slots=True)

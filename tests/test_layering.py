@@ -29,6 +29,9 @@ PURE_MODULES = [
     ROOT / "server" / "coordinator.py",
     ROOT / "server" / "nodes.py",
     ROOT / "server" / "watches.py",
+    ROOT / "server" / "quotas.py",
+    ROOT / "server" / "finished.py",
+    ROOT / "server" / "schedbudget.py",
     ROOT / "agent" / "runner.py",
 ]
 # Package -> top-level packages of this project it must never import.

@@ -179,13 +179,21 @@ def add(
         )
 
 
+def _next(s: dict[str, Any]) -> str:
+    """The next due time, or ``paused`` (with the server's reason, if it paused it)."""
+    if not s["paused"]:
+        return when(s["next_due_ms"])
+    reason = s.get("paused_reason")  # a server before automatic pauses sends none
+    return f"paused: {reason}" if reason else "paused"
+
+
 def _row(s: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": s["schedule_id"],
         "command": s["command"],
         "nodes": " ".join(s["nodes"]),
         "when": s["when"],
-        "next": "paused" if s["paused"] else when(s["next_due_ms"]),
+        "next": _next(s),
         "last job": (s.get("last_fire") or {}).get("job_id") or "-",
     }
 
@@ -205,7 +213,8 @@ def list_schedules(
             print_json(result)
             return
         rows = [_row(s) for s in result["schedules"]]
-        typer.echo(table(rows, ("id", "command", "nodes", "when", "next", "last job")))
+        # The next due time last: a pause's reason may be long.
+        typer.echo(table(rows, ("id", "command", "nodes", "when", "last job", "next")))
         typer.echo(f"{len(rows)} schedules")
 
 
@@ -232,7 +241,7 @@ def _show_lines(schedule: dict[str, Any]) -> None:
         ("command", schedule["command"]),
         ("nodes", " ".join(schedule["nodes"])),
         ("when", schedule["when"]),
-        ("next", "paused" if schedule["paused"] else when(schedule["next_due_ms"])),
+        ("next", _next(schedule)),
         ("catch-up", schedule["catch_up"]),
         ("overlap", schedule["overlap"]),
         ("last job", (schedule.get("last_fire") or {}).get("job_id") or "-"),
@@ -252,8 +261,8 @@ def _change(
             typer.echo(printable(f"schedule {result['deleted']} deleted"))
         else:
             s = result["schedule"]
-            state = "paused" if s["paused"] else "next " + when(s["next_due_ms"])
-            typer.echo(f"schedule {schedule_id} {state}")
+            state = _next(s) if s["paused"] else "next " + when(s["next_due_ms"])
+            typer.echo(printable(f"schedule {schedule_id} {state}"))
 
 
 @app.command("pause")

@@ -14,6 +14,7 @@ from server.handlers import ApiHandlers
 from server.job import Job
 from server.jobparams import JobRequest
 from server.sealing import MARKER, REDACTED, SecretBox
+from server.settings import JobSettings
 
 VALUE = "s3cr3t-value"
 BOX = SecretBox.from_seed(b"s" * 32)
@@ -23,7 +24,10 @@ class Backend:
     """Only what ``job.start`` uses: the request it would persist, and the job's view."""
 
     def __init__(self, secrets: SecretBox | None) -> None:
-        self.jobs = SimpleNamespace(sender=SimpleNamespace(secrets=secrets, limits=Limits()))
+        self.jobs = SimpleNamespace(
+            sender=SimpleNamespace(secrets=secrets, limits=Limits()), settings=JobSettings()
+        )
+        self.registry = SimpleNamespace(find=lambda name: SimpleNamespace(role="admin"))
         self.requests: list[JobRequest] = []
         self.coordinator = self
 

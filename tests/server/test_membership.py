@@ -275,3 +275,20 @@ def test_a_just_deposed_server_reads_the_topic_before_it_names_no_leader() -> No
     a.leadership.renew(clock.monotonic())  # a wakes: deposed, no beat (no read) yet
     assert not a.leadership.leader
     assert a.membership.leader_api() == "tcp://h:b"
+
+
+def test_a_server_just_started_is_listed_at_once_and_the_list_reads_at_most_every_tenth() -> None:
+    clock = FakeClock()
+    a, _b = two(clock)
+    c = Server(a.log.store, clock, "c")
+    c.renew(clock)  # its first record written; a's next renewal is up to a third away
+    assert [(r["incarnation"], r["role"]) for r in a.membership.rows()] == [
+        ("a", LEADER),
+        ("b", STANDBY),
+        ("c", STANDBY),
+    ]
+    d = Server(a.log.store, clock, "d")
+    d.renew(clock)
+    assert "d" not in [r["incarnation"] for r in a.membership.rows()]  # asked again at once
+    clock.advance(0.1)
+    assert "d" in [r["incarnation"] for r in a.membership.rows()]
