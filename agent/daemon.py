@@ -11,6 +11,8 @@ that owns it, run the timers that fell due, flush what is queued.
 - ``CommandIntake`` (agent.intake): commands verified, then judged by the ``JobRunner``;
 - ``Launcher`` (agent.launcher): the job's process and its outcome;
 - ``Outbound`` (agent.outbound): replies, heartbeats and outcomes to the server;
+- ``JournalWrites`` (agent.journalwrites): journal writes that never stop the agent (a
+  full or read-only state directory nacks new jobs; a running one finishes and reports);
 - ``WhitelistFile`` (agent.whitelist_file): the whitelist in force.
 
 Each says in its own docstring what a kill at any line leaves behind; the daemon itself
@@ -32,6 +34,7 @@ from agent.config import AgentConfig
 from agent.discovery import session_key
 from agent.intake import BeatNow, CommandIntake, Effect, Hold, Rediscover, Resend
 from agent.journal import Journal
+from agent.journalwrites import JournalWrites
 from agent.launcher import Launcher
 from agent.leftovers import kill_if_same, start_time
 from agent.outbound import Outbound, outcome_reply
@@ -104,14 +107,27 @@ class Agent:
             clock=self.clock,
         )
         now = self.clock.monotonic()
-        self.journal = Journal(section.state_path() / "journal.db")
+        # A full or read-only state directory is waited for (agent.journalwrites).
+        self.journal = Journal(section.state_path() / "journal.db", wait=True)
+        self.writes = JournalWrites(self.journal)
+        self.leftovers_ended = False
         self.runner = JobRunner(section.commit_timeout_s)
         self.whitelist = WhitelistFile(section.whitelist_path(), config.env.policy())
         self.intake = CommandIntake(
-            self.name, trust_server(self.server), self.runner, self.journal, self.whitelist.judge
+            self.name,
+            trust_server(self.server),
+            self.runner,
+            self.journal,
+            self.whitelist.judge,
+            writes=self.writes,
         )
         self.outbound = Outbound(
-            self.name, self.incarnation, self.command_endpoint, self.journal, next_beat=now
+            self.name,
+            self.incarnation,
+            self.command_endpoint,
+            self.journal,
+            next_beat=now,
+            writes=self.writes,
         )
         self._end_leftovers()  # before any work: a node runs one job at a time
         self.wake_r, self.wake_w = os.pipe()
@@ -168,6 +184,10 @@ class Agent:
         for effect in self.intake.on_command(
             frames, now, self.clock.wall_ms(), server_online=online
         ):
+            if isinstance(effect, Remember):
+                if not self._remember(effect.job_id):
+                    return  # nacked instead: the ack that followed must not be sent
+                continue
             self._act(effect)
 
     def _on_outcomes(self) -> None:
@@ -177,7 +197,7 @@ class Agent:
             kind, fields = outcome_reply(outcome, capture)
             log.info("job %s: %s %s", outcome.job_id, kind, outcome.reason)
             self.outbound.outcome(outcome.job_id, kind, fields, self.clock.wall_ms())
-            self.journal.ended(outcome.job_id)
+            self.writes.ended(outcome.job_id)
 
     def _timers(self) -> None:
         now = self.clock.monotonic()
@@ -209,7 +229,7 @@ class Agent:
     def _act(self, effect: Effect) -> None:
         match effect:
             case Remember(job_id=job_id):
-                self.journal.remember(job_id, self.clock.wall_ms())
+                self._remember(job_id)
             case Reply(kind=kind, job_id=job_id):
                 if kind == "aborted":
                     self.launcher.forget(job_id)
@@ -227,6 +247,18 @@ class Agent:
             case BeatNow():
                 self.outbound.beat_now(self.clock.monotonic())
 
+    def _remember(self, job_id: str) -> bool:
+        """Record a commit before its ack; one the journal cannot take is nacked, unheld."""
+        reason = self.writes.remember(job_id, self.clock.wall_ms())
+        if reason is None:
+            if not self.leftovers_ended:  # the journal could not be read at start-up
+                self._end_leftovers()
+            return True
+        self.launcher.forget(job_id)
+        for action in self.runner.unrecorded(job_id, reason):
+            self._act(action)
+        return False
+
     def _start(self, job_id: str) -> None:
         try:
             execution = self.launcher.start(job_id, self.whitelist.resolve)
@@ -235,20 +267,24 @@ class Agent:
             failure = {"exit_status": None, "reason": str(exc), "duration_ms": 0}
             self.outbound.outcome(job_id, "failed", failure, self.clock.wall_ms())
             return
-        self.journal.running(job_id, execution.pid, start_time(execution.pid) or 0)
+        self.writes.running(job_id, execution.pid, start_time(execution.pid) or 0)
         command = self.launcher.commits[job_id].command
         log.info("job %s: started %s (pid %d)", job_id, command, execution.pid)
         self.outbound.queue(m.Started, {"job_id": job_id, "pid": execution.pid})
 
     def _end_leftovers(self) -> None:
         """Kill what a dead predecessor left running (``leftovers.py``), and report it."""
-        for job_id, pgid, started in self.journal.still_running():
+        leftovers = self.writes.still_running()
+        if leftovers is None:
+            return  # done once a commit is recorded, before it is acked
+        self.leftovers_ended = True
+        for job_id, pgid, started in leftovers:
             if kill_if_same(pgid, started):
                 log.warning("job %s: still running from before this agent started; killed", job_id)
                 reason = "the agent died while it ran; killed when the agent restarted"
                 failure = {"exit_status": None, "reason": reason, "duration_ms": 0}
                 self.outbound.outcome(job_id, "failed", failure, self.clock.wall_ms())
-            self.journal.ended(job_id)
+            self.writes.ended(job_id)
 
     # --- config from discovery -----------------------------------------------------------
 

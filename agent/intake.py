@@ -11,9 +11,10 @@ A command is obeyed only if, in this order:
 
 Then each kind goes to the ``JobRunner``: a commit is judged (``judge``: the whitelist,
 its captures and the env policy, see ``WhitelistFile.judge``) and checked against the
-journal of jobs seen, and held only if the runner took it (a nacked one never runs); a
-run whose outcome the journal already holds (the server restarted and asks again) gets
-that outcome resent instead; an abort is the runner's to decide; a ping asks for a
+journal of jobs seen (one that cannot be read refuses it: ``agent.journalwrites``), and
+held only if the runner took it (a nacked one never runs); a run whose outcome the
+journal already holds (the server restarted and asks again) gets that outcome resent
+instead; an abort is the runner's to decide; a ping asks for a
 heartbeat now. The answer is a list of effects the daemon carries out in order: the
 runner's actions plus ``Hold``, ``Resend``, ``BeatNow`` and ``Rediscover`` (the server no
 longer accepts this node's session: ask for a config).
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.journal import Journal
+from agent.journalwrites import JournalWrites
 from agent.runner import Action, JobRunner, Reply
 from agent.trust import trust_sessions
 from pushjobs.protocol import messages as m
@@ -75,10 +77,12 @@ class CommandIntake:
         runner: JobRunner,
         journal: Journal,
         judge: Callable[[m.Commit], str | None],
+        *,
+        writes: JournalWrites | None = None,
     ) -> None:
         self.name = name
         self.runner = runner
-        self.journal = journal
+        self.writes = writes if writes is not None else JournalWrites(journal)
         self.judge = judge
         self.session_keys: dict[str, Verifier] = {}
         self.resolve = trust_sessions(
@@ -115,18 +119,19 @@ class CommandIntake:
             return []
         match cmd:
             case m.Commit(job_id=job_id, command=command):
+                seen, unreadable = self.writes.seen(job_id)
                 actions = self.runner.commit(
                     job_id,
                     command,
-                    refusal=self.judge(cmd),
-                    seen=self.journal.seen(job_id),
+                    refusal=self.judge(cmd) or unreadable,
+                    seen=seen,
                     now=now,
                 )
                 taken = Reply("ack_commit", job_id) in actions
                 held: list[Effect] = [Hold(cmd)] if taken else []
                 return [*held, *actions]
             case m.Run(job_id=job_id):
-                stored = self.journal.outcome(job_id)
+                stored = self.writes.outcome(job_id)
                 if stored is not None and self.runner.job_id != job_id:
                     return [Resend(job_id, *stored)]
                 return list(self.runner.run(job_id))

@@ -10,9 +10,10 @@ server link, never blocking the loop:
   each channel's tail, marked truncated) until it fits, or is dropped if it has none;
 - its own heartbeat every interval, dropped rather than queued if it cannot leave now
   (a late heartbeat is worthless);
-- each outcome is also stored in the journal first, and the most recent one is queued
-  again after every discovery, so a result survives a server restart (the new server
-  knows only the new session key).
+- each outcome is also stored in the journal first (held in memory if the journal
+  cannot be written: ``agent.journalwrites``), and the most recent one is queued again
+  after every discovery, so a result survives a server restart (the new server knows
+  only the new session key).
 
 Killed at any line: queued replies are lost, except outcomes, which the journal holds
 (written before they are queued) and the restarted agent resends after its first
@@ -31,6 +32,7 @@ import zmq
 
 from agent.executor import Outcome
 from agent.journal import Journal
+from agent.journalwrites import JournalWrites
 from agent.runner import REPLY_TYPES
 from pushjobs.errors import OversizedFrame
 from pushjobs.protocol import messages as m
@@ -54,11 +56,13 @@ class Outbound:
         *,
         next_beat: float,
         max_queued: int = MAX_QUEUED_REPLIES,
+        writes: JournalWrites | None = None,
     ) -> None:
         self.name = name
         self.incarnation = incarnation
         self.command_endpoint = command_endpoint
         self.journal = journal
+        self.writes = writes if writes is not None else JournalWrites(journal)
         self.max_queued = max_queued
         self.outbox: Outbox | None = None
         self.queued: deque[tuple[type[m.Message], dict[str, Any]]] = deque()
@@ -88,10 +92,10 @@ class Outbound:
         self.queued.append((cls, fields))
 
     def outcome(self, job_id: str, kind: str, fields: dict[str, Any], at_ms: int) -> None:
-        """A job ended: store its outcome in the journal, then queue it."""
+        """A job ended: store its outcome in the journal (or memory), then queue it."""
         fields = {"job_id": job_id, **fields}
         body = orjson.dumps({k: _plain(v) for k, v in fields.items()})
-        self.journal.store_outcome(job_id, kind, body, at_ms)
+        self.writes.store_outcome(job_id, kind, body, at_ms)
         self.queue(REPLY_TYPES[kind], fields)
 
     def resend(self, job_id: str, kind: str, body: bytes) -> None:
@@ -104,7 +108,7 @@ class Outbound:
 
     def resend_last(self, since_ms: int) -> None:
         """Queue again the most recent outcome stored since ``since_ms``, if any."""
-        last = self.journal.last_outcome(since_ms)
+        last = self.writes.last_outcome(since_ms)
         if last is not None:
             self.resend(*last)
 

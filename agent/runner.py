@@ -4,6 +4,7 @@ Theory of operation. The runner is ``idle``, ``committed`` to one job, or ``runn
 
     idle      --commit(ok)-->  committed   ack_commit
     idle      --commit(bad)--> idle        nack_commit (not whitelisted, env refused, seen)
+    committed --unrecorded-->  idle        nack_commit (the journal cannot record it)
     committed --run-->         running     ack_run, start the process
     committed --abort-->       idle        aborted
     committed --deadline-->    idle        (the server never said run: forget the commit)
@@ -140,6 +141,14 @@ class JobRunner:
             self._reset()
             return [Reply("aborted", job_id, reason)]
         return [KillProcess(job_id, reason)]
+
+    def unrecorded(self, job_id: str, reason: str) -> list[Action]:
+        """The journal could not record the commit just taken: nack it, back to idle.
+        Never ack what a crash would forget: the job could run twice."""
+        if self.job_id != job_id or self.state is not RunnerState.COMMITTED:
+            return []
+        self._reset()
+        return [Reply("nack_commit", job_id, reason)]
 
     def start_failed(self, job_id: str) -> None:
         """The process could not start; the caller reports the failure."""
