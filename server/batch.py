@@ -20,6 +20,11 @@ every ready node to run, the job runs them through a sliding window (like ``salt
 - a waiting node's commit is sent again every ``HOLD_REFRESH_MS``: a repeated commit is
   only ever re-acked, never run. A node whose agent let the hold go anyway (its commit
   timeout) says ``aborted``: it ends so, and its turn passes to the next.
+- a node lost while in flight (offline: paused, cut off, its key revoked; not restarted,
+  which kills its job) is ``crashed``, but its command may run on, or start late from a
+  ``run`` already on its way: its slot stays taken (``lost``) until the node is heard not
+  running the job, or its run deadline passes (the agent's own timeout has killed it by
+  then). So the window holds even when the server cannot see the node.
 
 Why the whole job commits first rather than each node at its turn: the quorum keeps its
 meaning (nothing runs unless enough nodes accepted), and a node cannot be committed a
@@ -141,7 +146,7 @@ def next_start_ms(
 class Window:
     """The waiting queue and in-flight deadlines of one batch job, rebuilt from its nodes."""
 
-    __slots__ = ("deadlines", "last_start_ms", "refresh_due_ms", "spec", "waiting")
+    __slots__ = ("deadlines", "last_start_ms", "lost", "refresh_due_ms", "spec", "waiting")
 
     def __init__(self, spec: BatchSpec) -> None:
         self.spec = spec
@@ -149,6 +154,8 @@ class Window:
         self.deadlines: deque[tuple[int, str]] = deque()  # (deadline ms, node), turn order
         self.last_start_ms: int | None = None
         self.refresh_due_ms: int | None = None  # the next repeat of the waiting nodes' commits
+        # Nodes lost in flight whose command may still run: node -> when its slot frees.
+        self.lost: dict[str, int] = {}
 
     def wait(self, name: str, now_ms: int) -> None:
         """``name`` waits its turn from ``now_ms``, holding the commit it acked."""
@@ -169,6 +176,9 @@ class Window:
                 self.last_start_ms = max(self.last_start_ms or turn_ms, turn_ms)
                 if state in IN_FLIGHT_STATES:
                     turns.append((turn_ms + run_timeout_ms, name))
+                elif state is NodeState.CRASHED:
+                    # Maybe still running: held until heard (at once, by a live node).
+                    self.lost[name] = turn_ms + run_timeout_ms
         self.deadlines = deque(sorted(turns))
         # A new leader repeats the commits once it is past its grace: it cannot know when
         # the last leader did.
@@ -192,6 +202,13 @@ class Window:
     def started(self, name: str, now_ms: int, run_timeout_ms: int) -> None:
         self.deadlines.append((now_ms + run_timeout_ms, name))
         self.last_start_ms = now_ms
+
+    def lost_expired(self, now_ms: int) -> list[str]:
+        """Drop the lost nodes whose run deadline passed by ``now_ms``: their slots free."""
+        gone = [name for name, until_ms in self.lost.items() if until_ms <= now_ms]
+        for name in gone:
+            del self.lost[name]
+        return gone
 
     def first_deadline_ms(self, state_of: Callable[[str], NodeState]) -> int | None:
         """The earliest run deadline of a node still in flight (finished ones dropped)."""

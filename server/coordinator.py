@@ -46,6 +46,7 @@ from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
 from server.effects import Effect, JobChanged, NodeChanged, Send
 from server.finished import Finished, option_bytes
+from server.heartbeats import JudgesHeartbeats
 from server.job import Job
 
 
@@ -66,7 +67,7 @@ class OutputReceived:
 Change = Effect | JobCreated | OutputReceived
 
 
-class Coordinator:
+class Coordinator(JudgesHeartbeats):
     def __init__(
         self,
         keep_finished: int = 10_000,
@@ -83,6 +84,8 @@ class Coordinator:
         # Jobs not finished, in creation order: every loop turn asks for their deadlines,
         # and up to ``keep_finished`` finished jobs must not make each turn O(jobs).
         self._active: dict[str, Job] = {}
+        # node -> batch jobs holding its slot since it was lost in flight (``batch.py``).
+        self._lost_slots: dict[str, set[str]] = {}
         # Jobs not finished per ``requested_by``, for the per-caller bound (``handlers.py``).
         self._unfinished_by: Counter[str] = Counter()
         # Jobs whose version moved (or that were forgotten) since ``take_touched``: parked
@@ -170,13 +173,35 @@ class Coordinator:
         self._after(job, out)
         return out
 
-    def node_lost(self, node: str, now_ms: int, reason: str) -> list[Change]:
+    def node_lost(
+        self, node: str, now_ms: int, reason: str, *, restarted: bool = False
+    ) -> list[Change]:
         out: list[Change] = []
         for job_id in list(self._active_by_node.get(node, ())):
             job = self.jobs[job_id]
-            changes: list[Change] = list(job.node_lost(node, now_ms, reason))
+            changes: list[Change] = list(job.node_lost(node, now_ms, reason, restarted=restarted))
+            if job.holds_slot(node):
+                self._lost_slots.setdefault(node, set()).add(job_id)
             self._after(job, changes)
             out += changes
+        return out
+
+    def heard(
+        self, node: str, busy_with: str | None, busy_state: str | None, now_ms: int
+    ) -> list[Change]:
+        """A heartbeat: batch jobs holding the slot of ``node`` (lost while in flight) let
+        it go unless the node says it still holds or runs that job."""
+        out: list[Change] = []
+        for job_id in list(self._lost_slots.get(node, ())):
+            if job_id == busy_with and busy_state in ("committed", "running"):
+                continue
+            self._lost_slots[node].discard(job_id)
+            if (job := self.jobs.get(job_id)) is not None:
+                changes: list[Change] = list(job.release_slot(node, now_ms))
+                self._after(job, changes)
+                out += changes
+        if not self._lost_slots.get(node, True):
+            del self._lost_slots[node]
         return out
 
     def node_online(self, node: str) -> list[Send]:
@@ -192,58 +217,6 @@ class Coordinator:
             elif job.state.value == "running" and state is NodeState.READY:
                 out.append(Send("run", job_id, node))
         return out
-
-    def unreported(
-        self, node: str, busy_with: str | None, busy_state: str | None = None
-    ) -> list[Send]:
-        """Commands to send again, judged from what a node's heartbeat says it is doing.
-
-        - ``commit`` while the job votes and the node's vote is not recorded: the commit
-          was lost (a full queue, a blip), or the node's ack was (sent to a server that
-          died, or while no server led). A node that holds the job re-acks it; one busy
-          with another job nacks ``busy``: either way the vote is counted.
-        - ``run`` for a running job the node should run but says it is not busy with: a
-          node that finished it (its result sent while no leader listened) answers with
-          its stored outcome; one that never had the job answers ``nack_run``.
-        - ``run`` when the node says it is still only ``committed`` to a running job in
-          which it is ready: the run was lost.
-
-        The caller rate-limits; a repeat is always safe (the agent never runs twice).
-        """
-        out: list[Send] = []
-        for job_id in self._active_by_node.get(node, ()):
-            job = self.jobs[job_id]
-            state = job.nodes[node].state
-            if job.state.value == "voting":
-                if state is NodeState.NEW:
-                    out.append(Send("commit", job_id, node))
-            elif job.state.value == "running":
-                lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
-                lost_run = (
-                    job_id == busy_with and busy_state == "committed" and state is NodeState.READY
-                )
-                if lost_result or lost_run:
-                    out.append(Send("run", job_id, node))
-        return out
-
-    def stale_hold(self, node: str, busy_with: str | None, busy_state: str | None) -> Send | None:
-        """An ``abort`` for a job a node holds or runs that is over for it; else None.
-
-        A node that acted on a commit late (it was paused through the vote, or its vote
-        came after the job ended) would otherwise stay committed until its own commit
-        timeout, refusing every other job as ``busy``; one that was paused or cut off while
-        it ran is reported ``crashed`` while its command runs on. The job has ended, or
-        ended for this node (crashed, unavailable, quorum lost, timed out), or is not known
-        at all (only a job retired long after it ended is): the node is told to let go.
-        """
-        if busy_with is None or busy_state not in ("committed", "running"):
-            return None
-        job = self.jobs.get(busy_with)
-        if job is not None and not job.finished:
-            record = job.nodes.get(node)
-            if record is not None and record.state not in TERMINAL_NODE_STATES:
-                return None
-        return Send("abort", busy_with, node)
 
     def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
         """A commit that can never reach ``node`` (``CommandSender.take_undeliverable``):
@@ -287,6 +260,9 @@ class Coordinator:
         self.versions[job.job_id] = version
         self.touched.add(job.job_id)
         self._index(job, job.nodes)
+        for name in job.nodes if job.holds_lost_slots() else ():
+            if job.holds_slot(name):
+                self._lost_slots.setdefault(name, set()).add(job.job_id)
         if job.finished:
             self._retire(job.job_id)
 

@@ -103,8 +103,10 @@ class NodeIntake:
             if isinstance(event, NodeOnline):
                 self._online(event.node, now_ms)
             elif isinstance(event, NodeRestarted):
-                self.jobs.node_lost(event.node, now_ms, "node restarted (new incarnation)")
-        self.jobs.heartbeat(msg.sender, msg.job_id, msg.job_state, msg.timestamp)
+                self.jobs.node_lost(
+                    event.node, now_ms, "node restarted (new incarnation)", restarted=True
+                )
+        self.jobs.heartbeat(msg.sender, msg.job_id, msg.job_state, msg.timestamp, now_ms)
 
     def _online(self, node: str, now_ms: int) -> None:
         self.counters["node_online"] += 1

@@ -199,20 +199,35 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
     def aborted(self, node: str, now_ms: int, reason: str) -> list[Effect]:
         return self._finish_node(node, NodeEvent.ABORTED, now_ms, None, reason)
 
-    def node_lost(self, node: str, now_ms: int, reason: str) -> list[Effect]:
-        """The node went offline or restarted: in-flight means crashed."""
+    def node_lost(
+        self, node: str, now_ms: int, reason: str, *, restarted: bool = False
+    ) -> list[Effect]:
+        """The node went offline or restarted: in-flight means crashed. Gone silent (not
+        restarted, which kills its job), a batch node keeps its slot (``batch.py``)."""
         record = self.nodes.get(node)
         if record is None or record.state in TERMINAL_NODE_STATES:
             return []
         if self.state not in (JobState.VOTING, JobState.RUNNING):
             return []
         out: list[Effect] = []
+        if not restarted:
+            self._hold_slot(node)
         # One this leader has yet to hear from was never asked to commit: not crashed.
         event = NodeEvent.UNHEARD if self._unawait(node) else NodeEvent.LOST
         self._node(node, event, now_ms, out, reason=reason)
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=False)
         else:
+            self._advance(now_ms, out)
+            self._maybe_complete(now_ms, out)
+        return out
+
+    def release_slot(self, node: str, now_ms: int) -> list[Effect]:
+        """``node``, lost in flight, is heard not running this job: its slot frees."""
+        if self._window is None or self._window.lost.pop(node, None) is None:
+            return []
+        out: list[Effect] = []
+        if self.state is JobState.RUNNING:
             self._advance(now_ms, out)
             self._maybe_complete(now_ms, out)
         return out

@@ -161,9 +161,9 @@ class Jobs:
     def reply(self, message: Message, now_ms: int) -> None:
         self.changes += self.coordinator.reply(message, now_ms)
 
-    def node_lost(self, node: str, now_ms: int, reason: str) -> None:
+    def node_lost(self, node: str, now_ms: int, reason: str, *, restarted: bool = False) -> None:
         if self.leadership.leader:
-            self.changes += self.coordinator.node_lost(node, now_ms, reason)
+            self.changes += self.coordinator.node_lost(node, now_ms, reason, restarted=restarted)
 
     def node_online(self, node: str) -> None:
         if self.grace_until_ms is not None:
@@ -175,13 +175,15 @@ class Jobs:
         self.node_records.append(record)
 
     def heartbeat(
-        self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int
+        self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int, now_ms: int
     ) -> None:
-        """Send again what a heartbeat shows never arrived, and release a commit the node
-        holds for a job that no longer wants it (see ``commands.py``)."""
+        """Send again what a heartbeat shows never arrived, release a commit the node
+        holds for a job that no longer wants it (see ``commands.py``), and a batch slot it
+        kept since it was lost while in flight."""
         if not self.leadership.leader:
             return
         coordinator = self.coordinator
+        self.changes += coordinator.heard(node, busy_with, busy_state, now_ms)
         sends = coordinator.unreported(node, busy_with, busy_state)
         stale = coordinator.stale_hold(node, busy_with, busy_state)
         if stale is not None:

@@ -13,7 +13,7 @@ Killed at any line: nothing here is durable; ``Window`` is rebuilt from the node
 from __future__ import annotations
 
 from pushjobs.states import JobState, NodeState
-from server.batch import FAILURE_STATES, Window, next_start_ms, plan
+from server.batch import FAILURE_STATES, IN_FLIGHT_STATES, Window, next_start_ms, plan
 from server.effects import Effect, Send
 from server.nodemoves import MovesNodes
 from server.transitions import NodeEvent
@@ -33,7 +33,21 @@ class RollingBatch(MovesNodes):
         return self.nodes[name].state
 
     def _in_flight(self) -> int:
-        return self._counts[NodeState.READY] + self._counts[NodeState.RUNNING]
+        lost = len(self._window.lost) if self._window is not None else 0
+        return self._counts[NodeState.READY] + self._counts[NodeState.RUNNING] + lost
+
+    def _hold_slot(self, name: str) -> None:
+        """``name`` is being lost in flight: its command may run on (``batch.py``)."""
+        record = self.nodes[name]
+        window = self._window
+        if window is not None and record.state in IN_FLIGHT_STATES and record.turn_ms is not None:
+            window.lost[name] = record.turn_ms + self.run_timeout_ms
+
+    def holds_slot(self, name: str) -> bool:
+        return self._window is not None and name in self._window.lost
+
+    def holds_lost_slots(self) -> bool:
+        return self._window is not None and bool(self._window.lost)
 
     def _advance(self, now_ms: int, out: list[Effect]) -> None:
         """Give waiting nodes their turn as the window allows, or skip them all (halt)."""
@@ -68,6 +82,7 @@ class RollingBatch(MovesNodes):
         for name in window.expired(now_ms, self._state_of):
             self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
             out.append(Send("abort", self.job_id, name))
+        window.lost_expired(now_ms)
         self._advance(now_ms, out)
         # A repeated commit changes nothing on the node but how long it holds the job.
         out.extend(
@@ -85,5 +100,6 @@ class RollingBatch(MovesNodes):
         )
         first = window.first_deadline_ms(self._state_of)
         refresh = window.refresh_due_ms if self._counts[NodeState.WAITING] else None
-        deadlines = [d for d in (due, first, refresh) if d is not None]
+        lost = min(window.lost.values(), default=None)
+        deadlines = [d for d in (due, first, refresh, lost) if d is not None]
         return max(min(deadlines), self._floor_ms) if deadlines else None

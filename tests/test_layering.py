@@ -32,6 +32,7 @@ PURE_MODULES = [
     ROOT / "server" / "quotas.py",
     ROOT / "server" / "finished.py",
     ROOT / "server" / "schedbudget.py",
+    ROOT / "server" / "heartbeats.py",
     ROOT / "agent" / "runner.py",
 ]
 # Package -> top-level packages of this project it must never import.

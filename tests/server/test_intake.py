@@ -25,7 +25,7 @@ class RecordedJobs:
     def reply(self, message: Message, now_ms: int) -> None:
         self.calls.append(("reply", message.sender))
 
-    def node_lost(self, node: str, now_ms: int, reason: str) -> None:
+    def node_lost(self, node: str, now_ms: int, reason: str, *, restarted: bool = False) -> None:
         self.calls.append(("lost", node, reason))
 
     def node_online(self, node: str) -> None:
@@ -34,7 +34,7 @@ class RecordedJobs:
     def node_event(self, record: tuple[str, bytes]) -> None:
         self.calls.append(("event", record[0]))
 
-    def heartbeat(self, node: str, job_id: Any, job_state: Any, beat_ms: int) -> None:
+    def heartbeat(self, node: str, job_id: Any, job_state: Any, beat_ms: int, now_ms: int) -> None:
         self.calls.append(("heartbeat", node))
 
 

@@ -279,3 +279,52 @@ def test_a_budget_spent_while_voting_halts_before_anything_runs():
     assert runs(out) == [] and sorted(aborts(out)) == ["b", "c"]
     assert job.state is JobState.HALTED
     assert job.summary() == {"crashed": 1, "skipped": 2}
+
+
+# A node lost while in flight (offline, not restarted) may still run its command, or
+# start it late from a run already on its way: its slot stays taken until it is heard
+# not running the job, or its run deadline passes.
+
+
+def test_a_node_lost_in_flight_keeps_its_slot_until_heard_idle():
+    coord = Coordinator()
+    job = batch_job("1", names=["a", "b", "c"])
+    coord.restore(job, 0)
+    voted(job)
+    assert coord.node_lost("a", T0 + 2, "node went offline") != []
+    assert job.nodes["a"].state is NodeState.CRASHED
+    assert states(job, NodeState.WAITING) == ["b", "c"]  # no second node in flight
+    # Heard again, still running the job: the slot stays taken.
+    assert runs(coord.heard("a", "j1", "running", T0 + 3)) == []
+    # Heard idle: its command has stopped; the next node gets the slot.
+    assert runs(coord.heard("a", None, None, T0 + 4)) == ["b"]
+    assert runs(coord.heard("a", None, None, T0 + 5)) == []  # once
+
+
+def test_a_node_restarted_in_flight_frees_its_slot_at_once():
+    """A restarted agent killed what its predecessor ran (``agent/leftovers.py``)."""
+    job = batch_job("1", names=["a", "b"])
+    voted(job)
+    out = job.node_lost("a", T0 + 2, "node restarted (new incarnation)", restarted=True)
+    assert runs(out) == ["b"]
+
+
+def test_a_lost_slot_frees_at_the_nodes_run_deadline_if_it_is_never_heard():
+    job = batch_job("1", names=["a", "b"])
+    voted(job)  # a's turn at T0 + 1
+    assert runs(job.node_lost("a", T0 + 2, "node went offline")) == []
+    assert job.next_deadline_ms() == T0 + 1 + RUN_MS
+    assert runs(job.tick(T0 + RUN_MS)) == []
+    assert runs(job.tick(T0 + 1 + RUN_MS)) == ["b"]
+
+
+def test_a_restored_job_holds_the_slot_of_a_crashed_node_until_it_is_heard():
+    """A new leader cannot know whether the node's command stopped: it asks the node."""
+    job = batch_job("1", names=["a", "b"])
+    voted(job)
+    job.node_lost("a", T0 + 2, "node went offline")
+    restored = Job.restore(json.loads(json.dumps(job.snapshot())))
+    coord = Coordinator()
+    coord.restore(restored, 1)
+    assert runs(restored.tick(T0 + 3)) == []
+    assert runs(coord.heard("a", None, None, T0 + 4)) == ["b"]
