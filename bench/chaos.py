@@ -3,19 +3,28 @@
     python bench/chaos.py --minutes 30 --agents 10 [--seed N]
     python bench/chaos.py --minutes 10 --agents 8 --kinds timeout --points vote \\
         --faults kill --victims node-5      # one suspect case, in a loop
+    python bench/chaos.py --minutes 10 --agents 8 --kinds batch,scheduled
+
+Kinds: short, long, fail, timeout, abort (points vote, run, finish, idle); batch (a job
+over every node through a window smaller than the fleet; points first, between, end);
+scheduled (a one-shot schedule; points before, fire, started). Each kind draws from the
+points it has among ``--points``.
 
 One real server and N real agents on 127.0.0.1; rounds of ``pushjobs/chaos.py`` (a job of
 a random kind, one fault at a random point of its life, then the invariants) until the
 time is up, then the end check (every node back and usable). Prints the machine, the
 rounds, the faults injected, the job outcomes and every invariant violation (there must
 be none); exits 1 if there was one. The seed is printed: the same seed replays the same
-schedule of faults (the timing of real processes still varies).
+schedule of faults (the timing of real processes still varies). On a violation the
+server's and agents' logs and the nodes' run records are kept (``--keep``, a directory
+under the system's temporary one by default) and their place printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -25,7 +34,8 @@ from pathlib import Path
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.chaos import FAULTS, KINDS, POINTS, Chaos, Narrow
+from pushjobs.chaos import Chaos
+from pushjobs.chaosplan import FAULTS, KINDS, POINTS, POINTS_OF, Narrow
 
 
 def main() -> None:
@@ -38,7 +48,11 @@ def main() -> None:
     parser.add_argument("--points", type=_names(POINTS), default=POINTS, help=",".join(POINTS))
     parser.add_argument("--faults", type=_names(FAULTS), default=FAULTS, help=",".join(FAULTS))
     parser.add_argument("--victims", type=_names(()), default=(), help="server,node-1,...")
+    parser.add_argument("--keep", type=Path, default=None, help="where logs go on a violation")
     args = parser.parse_args()
+    for kind in args.kinds:
+        if not set(POINTS_OF[kind]) & set(args.points):
+            parser.error(f"--points has none of {kind}'s: {', '.join(POINTS_OF[kind])}")
     narrow = Narrow(args.kinds, args.points, args.faults, args.victims)
     # A plain kill would skip the clean-up below and leave ten agents and a server behind.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -47,7 +61,7 @@ def main() -> None:
     print(f"chaos: seed {seed}, {args.agents} agents, {args.minutes:g} minutes")
     started = time.monotonic()
     end = started + args.minutes * 60
-    say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
+    say = (lambda line: None) if args.quiet else (lambda line: print(_now(), line, flush=True))
     with (
         tempfile.TemporaryDirectory(prefix="pushjobs-chaos-") as tmp,
         Chaos(Path(tmp) / "fleet", seed=seed, agents=args.agents, say=say, narrow=narrow) as chaos,
@@ -60,6 +74,11 @@ def main() -> None:
             seen = len(chaos.report.violations)
         chaos.finish()
         report = chaos.report
+        if report.violations:
+            keep = args.keep or Path(tempfile.gettempdir()) / f"pushjobs-chaos-{seed}"
+            for sub in ("logs", "runs"):
+                shutil.copytree(Path(tmp) / "fleet" / sub, keep / sub, dirs_exist_ok=True)
+            print(f"logs and run records kept in {keep}")
     took = time.monotonic() - started
     print(f"\nrounds: {report.rounds} in {took / 60:.1f} min")
     print("faults injected:")
@@ -72,6 +91,12 @@ def main() -> None:
     for line in report.violations:
         print(f"  {line}")
     raise SystemExit(1 if report.violations else 0)
+
+
+def _now() -> str:
+    """The wall time, to find a round in the logs."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}"
 
 
 def _names(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:

@@ -15,9 +15,11 @@ moment then SIGCONT, of the server or of one agent. Then it checks the invariant
   30 s later, then kills it;
 
 and at the end, every node is back online and a job succeeds on all of them. A violation
-is a line naming the seed, the round and what broke, so a failing schedule can be replayed
-with the same seed; ``Narrow`` draws from part of the schedule only (a suspect case in a
-loop). Used by ``tests/e2e/test_chaos.py`` (a few rounds, in CI) and ``bench/chaos.py``
+names the seed, the round and what broke (replay with the same seed); ``Narrow`` draws
+from part of the schedule only (a suspect case in a loop). Two kinds play in modules of
+their own, with points and invariants of their own (``PLAYS``): a rolling batch
+(``chaosbatch.py``) and a schedule's one fire (``chaossched.py``); what a round draws from
+is ``chaosplan.py``. Used by ``tests/e2e/`` (a few rounds) and ``bench/chaos.py``
 (minutes to hours).
 """
 
@@ -29,11 +31,12 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pushjobs import chaosbatch, chaossched
 from pushjobs.api.client import ApiClient
+from pushjobs.chaosplan import POINTS_OF, Draw, Narrow, Report
 from pushjobs.errors import ApiError, PushJobsError, Unreachable
 from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
@@ -46,30 +49,10 @@ WHITELIST = {
     "chaos-long": f"sh -c '{COUNT}; sleep 2'",
     "chaos-fail": f"sh -c '{COUNT}; exit 3'",
     "chaos-hang": f"sh -c '{COUNT}; exec sleep 60'",
+    **chaosbatch.commands(COUNT),
+    **chaossched.commands(COUNT),
 }
-KINDS = ("short", "long", "fail", "timeout", "abort")
-POINTS = ("vote", "run", "finish", "idle")
-FAULTS = ("kill", "pause")
-
-
-@dataclass(frozen=True)
-class Narrow:
-    """The part of the schedule to draw from (all of it by default): a suspect case, run
-    in a loop. ``victims`` are names (``server``, ``node-3``); empty means every one."""
-
-    kinds: tuple[str, ...] = KINDS
-    points: tuple[str, ...] = POINTS
-    faults: tuple[str, ...] = FAULTS
-    victims: tuple[str, ...] = ()
-
-
-@dataclass
-class Report:
-    seed: int
-    rounds: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-    outcomes: dict[str, int] = field(default_factory=dict)
-    violations: list[str] = field(default_factory=list)
+PLAYS = {"batch": chaosbatch.play, "scheduled": chaossched.play}  # kinds of their own module
 
 
 class Chaos:
@@ -81,10 +64,10 @@ class Chaos:
         agents: int = 5,
         end_within_s: float = 60.0,
         say: Callable[[str], None] = lambda line: None,
-        narrow: Narrow = Narrow(),
+        narrow: Narrow | None = None,
     ) -> None:
         self.rng = random.Random(seed)
-        self.narrow = narrow
+        self.narrow = narrow or Narrow()
         self.report = Report(seed)
         self.end_within_s = end_within_s
         self.say = say
@@ -146,21 +129,21 @@ class Chaos:
         n = self.report.rounds
         narrow = self.narrow
         kind = self.rng.choice(narrow.kinds)
-        point, fault = self.rng.choice(narrow.points), self.rng.choice(narrow.faults)
+        point = self.rng.choice([p for p in POINTS_OF[kind] if p in narrow.points])
+        fault = self.rng.choice(narrow.faults)
         victim = self.rng.choice(narrow.victims or ["server", *self.sandbox.nodes])
         targets = self.rng.sample(self.sandbox.nodes, self.rng.randint(1, len(self.sandbox.nodes)))
-        label = (
-            f"seed {self.report.seed} round {n}: "
-            f"{kind} on {len(targets)}, {fault} {victim} at {point}"
-        )
-        self.say(label)
+        targets = list(self.sandbox.nodes) if kind == "batch" else targets
+        label = f"seed {self.report.seed} round {n}: {kind} on {len(targets)}, {fault} {victim}"
+        self.say(label := f"{label} at {point}")
+        if kind in PLAYS:
+            return PLAYS[kind](self, Draw(label, targets, point, fault, victim))
         job_id = self._start(kind, targets)
         if job_id is None:
             self.report.violations.append(f"{label}: the job could not be started")
             return
         self._reach(job_id, point)
-        self._fault(victim, fault)
-        self._count(f"{fault} {'server' if victim == 'server' else 'agent'} at {point}")
+        self._fault(victim, fault, point)
         if kind == "abort":
             with contextlib.suppress(PushJobsError):
                 self.call("job.abort", {"job_id": job_id})
@@ -172,13 +155,15 @@ class Chaos:
         )
         params: dict[str, Any] = {"command": command, "nodes": targets, "quorum": "1"}
         params["timeout_s"] = 1.0 if kind == "timeout" else 30.0
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            result = self.call("job.start", params)
-            if result is not None:
-                return str(result["job"]["job_id"])
+        result = self.served("job.start", params)
+        return None if result is None else str(result["job"]["job_id"])
+
+    def served(self, method: str, params: dict[str, Any], within_s: float = 30) -> Any:
+        """One API call, repeated while the server restarts; None if it never answered."""
+        deadline = time.monotonic() + within_s
+        while (result := self.call(method, params)) is None and time.monotonic() < deadline:
             time.sleep(0.05)  # the server is restarting: poll until it leads
-        return None
+        return result
 
     def _reach(self, job_id: str, point: str) -> None:
         """Wait (bounded) until the job is at ``point`` of its life, or close to it."""
@@ -186,7 +171,9 @@ class Chaos:
         with contextlib.suppress(TimeoutError):
             self._until(lambda: self._state(job_id) in wanted[point], 10, point)
 
-    def _fault(self, victim: str, fault: str) -> None:
+    def _fault(self, victim: str, fault: str, point: str) -> None:
+        who = "server" if victim == "server" else "agent"
+        self._tally(self.report.faults, f"{fault} {who} at {point}")
         proc = self.sandbox.procs[victim]
         if fault == "pause":
             os.kill(proc.pid, signal.SIGSTOP)
@@ -210,19 +197,20 @@ class Chaos:
 
     # --- invariants ---------------------------------------------------------------------
 
-    def _check(self, label: str, job_id: str) -> None:
+    def _check(self, label: str, job_id: str) -> dict[str, Any] | None:
+        """The checks of every job; its view with nodes (None if it did not end)."""
         try:
             self._until(lambda: self._state(job_id) in TERMINAL, self.end_within_s, "end")
         except TimeoutError:
             self.report.violations.append(
                 f"{label}: job {job_id} not ended after {self.end_within_s:g} s"
             )
-            return
-        job = self.call("job.status", {"job_id": job_id})
-        if job is None:
-            return
-        job = job["job"]
-        self._count_outcome(job["state"])
+            return None
+        answer = self.served("job.status", {"job_id": job_id})
+        if answer is None:
+            return None
+        job: dict[str, Any] = answer["job"]
+        self._tally(self.report.outcomes, job["state"])
         for node, row in job["nodes"].items():
             runs = self._runs(job_id, node)
             if runs > 1:
@@ -237,17 +225,12 @@ class Chaos:
             self.report.violations.append(
                 f"{label}: processes {pids} of ended job {job_id} left; {why}"
             )
+        return job
 
     def finish(self) -> None:
         """Every node back online, idle and usable: the last invariant."""
-
-        def usable() -> bool:
-            return all(r["online"] and not r.get("job_id") for r in self._nodes())
-
-        try:
-            self._until(usable, 60, "nodes online and idle")
-        except TimeoutError:
-            stuck = [r["name"] for r in self._nodes() if not r["online"] or r.get("job_id")]
+        chaossched.recheck(self)
+        if stuck := sorted(self.unsettled_after(60)):
             self.report.violations.append(f"seed {self.report.seed} end: not usable {stuck}")
             return
         job_id = self._start("short", list(self.sandbox.nodes))
@@ -317,6 +300,17 @@ class Chaos:
                 return list(result["nodes"])
         return [{"name": n, "online": False} for n in self.sandbox.nodes]
 
+    def unsettled_after(self, within_s: float) -> set[str]:
+        """The nodes still offline or busy after waiting (bounded) for all: a paused agent
+        is offline, or busy with its crashed run, for a moment after its round."""
+
+        def unsettled() -> set[str]:
+            return {r["name"] for r in self._nodes() if not r["online"] or r.get("job_id")}
+
+        with contextlib.suppress(TimeoutError):
+            self._until(lambda: not unsettled(), within_s, "settled")
+        return unsettled()
+
     def _incarnation(self, node: str) -> str | None:
         """The incarnation of ``node``'s agent while it is online; None otherwise."""
         for row in self._nodes():
@@ -350,11 +344,9 @@ class Chaos:
                 raise TimeoutError(what)
             time.sleep(0.05)  # polls real processes, bounded by timeout_s
 
-    def _count(self, what: str) -> None:
-        self.report.faults[what] = self.report.faults.get(what, 0) + 1
-
-    def _count_outcome(self, state: str) -> None:
-        self.report.outcomes[state] = self.report.outcomes.get(state, 0) + 1
+    @staticmethod
+    def _tally(counts: dict[str, int], what: str) -> None:
+        counts[what] = counts.get(what, 0) + 1
 
 
 def _read(pid: int | str, name: str) -> bytes:
