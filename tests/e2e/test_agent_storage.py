@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import sqlite3
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,45 +21,17 @@ import pytest
 
 from pushjobs.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST, Fleet
+from tests.e2e.tmpfs import fill, mounted, set_readonly
 from tests.support import wait_until
 
 MOUNT_BYTES = 2 << 20
 
 
-def run_command(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Write zeros until the file system is full; the file, to delete to free it."""
-    filler = directory / "filler"
-    with filler.open("wb", buffering=0) as fh:
-        for size in (65536, 512, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    fh.write(b"\0" * size)
-    return filler
-
-
-def set_readonly(directory: Path, readonly: bool) -> None:
-    done = run_command("mount", "-o", "remount,ro" if readonly else "remount,rw", str(directory))
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture
 def state_fs(tmp_path: Path) -> Iterator[Path]:
     """A directory on its own tmpfs for the agents' state: it can be filled or made read-only."""
-    mount = tmp_path / f"statefs-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = run_command("mount", "-t", "tmpfs", "-o", f"size={MOUNT_BYTES}", "tmpfs", str(mount))
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "statefs", MOUNT_BYTES) as mount:
         yield mount
-    finally:
-        with contextlib.suppress(AssertionError):
-            set_readonly(mount, False)
-        run_command("umount", "-l", str(mount))
 
 
 def state_fleet(tmp_path: Path, state_fs: Path, nodes: list[str]) -> Fleet:

@@ -11,7 +11,6 @@ import contextlib
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,58 +19,32 @@ import pytest
 from pushjobs.childproc import await_ready, spawn
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.sandbox import Sandbox
-from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import Fleet, impatient_client_config, make_fleet
+from tests.e2e.tmpfs import fill, mounted, set_readonly
 from tests.support import wait_until
 
 MOUNT_BYTES = 8 << 20
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
-
-
 @pytest.fixture
 def log_dir(tmp_path: Path) -> Iterator[Path]:
     """A directory on its own tmpfs: it can be filled, or remounted read-only."""
-    mount = tmp_path / f"logfs-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = _run("mount", "-t", "tmpfs", "-o", f"size={MOUNT_BYTES}", "tmpfs", str(mount))
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "logfs", MOUNT_BYTES) as mount:
         yield mount
-    finally:
-        _run("umount", "-l", str(mount))
-
-
-def fill(directory: Path) -> Path:
-    """Write zeros until the filesystem is full; the file, to delete to free it."""
-    filler = directory / "filler"
-    chunk = b"\0" * 65536
-    with filler.open("wb", buffering=0) as fh:
-        with contextlib.suppress(OSError):
-            while True:
-                fh.write(chunk)
-        with contextlib.suppress(OSError):
-            while True:
-                fh.write(b"\0" * 512)
-    return filler
-
-
-def set_readonly(directory: Path, readonly: bool) -> None:
-    mode = "remount,ro" if readonly else "remount,rw"
-    done = _run("mount", "-o", mode, str(directory))
-    assert done.returncode == 0, done.stderr
 
 
 def server_log(sandbox: Sandbox) -> str:
     return (sandbox.root / "logs" / "server.log").read_text(errors="replace")
 
 
-def pushjobs(sandbox: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+def pushjobs(
+    sandbox: Sandbox, *args: str, config: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI on ``sandbox``, with the client config ``config`` if given."""
+    env = sandbox.env() if config is None else {**sandbox.env(), "PUSHJOBS_CONFIG": str(config)}
     return subprocess.run(
         [sys.executable, "-m", "pushjobs.cli.main", *args],
-        env=sandbox.env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -105,8 +78,10 @@ def test_a_full_disk_while_running_stands_the_server_by_until_space_is_freed(
         fleet.wait_online()
         fleet.wait_job(fleet.start("hello")["job_id"])
         filler = fill(log_dir)
-        # Any write meets the full disk: a job start, or the lease renewal.
-        refused = pushjobs(fleet.sandbox, "job", "start", "hello", "node-1")
+        # Any write meets the full disk: a job start, or the lease renewal. What the CLI
+        # says is under test, not how long it waits for a leader (10 s by default).
+        impatient = impatient_client_config(fleet, tmp_path / "client.toml", timeout_s=3.0)
+        refused = pushjobs(fleet.sandbox, "job", "start", "hello", "node-1", config=impatient)
         assert refused.returncode != Exit.OK
         # Refused in one line: by the full disk itself, or, once the server has stood
         # by, as not leading.

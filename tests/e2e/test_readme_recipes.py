@@ -1,11 +1,12 @@
 """The README's other recipes, run as written: "Several servers", "Keys and the registry",
 "The ordered log", "A simulated fleet", "Health and metrics" and "Fleet reports".
 
-Each runs its section's own code blocks in order (``tests/e2e/readme_blocks.py``: how,
-and the hosts, ports and directories replaced on a test machine). The sections that need
-a server start from "Running a real fleet" (``set_up_fleet``), as a reader would. What a
-test does beyond the README's lines, it says: the faults a recipe is about (the leader
-killed), a smaller fleet, and the lines skipped, each with its reason.
+Each section's own code blocks run in order (``tests/e2e/readme_blocks.py``: how, and
+the hosts, ports and directories replaced on a test machine). The sections that need a
+server start from "Running a real fleet" (``set_up_fleet``), as a reader would; three that
+only look at the fleet or add to it share one. What a test does beyond the README's
+lines, it says: the faults a recipe is about (the leader killed), a smaller fleet, and the
+lines skipped, each with its reason.
 """
 
 from __future__ import annotations
@@ -119,8 +120,21 @@ def test_keys_and_the_registry_work_on_the_home_registry(walk: Walkthrough) -> N
     assert f"(registry file {home / 'registry.json'})" in empty.stdout
 
 
-def test_the_ordered_log_shows_the_fleets_log(walk: Walkthrough) -> None:
+def test_a_fleet_shows_its_health_and_its_log_and_takes_a_simulated_fleet(
+    walk: Walkthrough,
+) -> None:
+    """Three sections that build on "Running a real fleet", run one after the other on one
+    fleet: health and metrics, the ordered log, a simulated fleet (which adds 200 nodes,
+    so it comes last)."""
+    # The README's own way to keep off a port another server holds: port 0, any free one.
+    walk.env["PUSHJOBS_SERVER__METRICS_BIND"] = "127.0.0.1:0"
     set_up_fleet(walk)
+    health_and_metrics_show_the_server(walk)
+    the_ordered_log_shows_the_fleets_log(walk)
+    a_simulated_fleet_runs_a_job(walk)
+
+
+def the_ordered_log_shows_the_fleets_log(walk: Walkthrough) -> None:
     found = blocks(README.read_text(), LOG)
     assert [kind for kind, _ in found] == ["sh"], "the section's one block changed"
     lines = commands(found[0][1])
@@ -142,8 +156,7 @@ def test_the_ordered_log_shows_the_fleets_log(walk: Walkthrough) -> None:
         stop_all([tail], 5.0)
 
 
-def test_a_simulated_fleet_runs_a_job(walk: Walkthrough) -> None:
-    set_up_fleet(walk)
+def a_simulated_fleet_runs_a_job(walk: Walkthrough) -> None:
     # 10,000 nodes, scaled down to 200 for a shared 2-core test machine.
     walk.replace.insert(0, ("--nodes 10000", "--nodes 200"))
     found = blocks(README.read_text(), SIMULATED)
@@ -175,10 +188,7 @@ def test_a_simulated_fleet_runs_a_job(walk: Walkthrough) -> None:
     assert (counters["jobs_succeeded"], counters.get("jobs_failed", 0)) == (succeeded, failed)
 
 
-def test_health_and_metrics_show_the_server(walk: Walkthrough) -> None:
-    # The README's own way to keep off a port another server holds: port 0, any free one.
-    walk.env["PUSHJOBS_SERVER__METRICS_BIND"] = "127.0.0.1:0"
-    set_up_fleet(walk)
+def health_and_metrics_show_the_server(walk: Walkthrough) -> None:
     found = blocks(README.read_text(), HEALTH)
     assert [kind for kind, _ in found] == ["sh"], "the section's one block changed"
     walk.block(*found[0])

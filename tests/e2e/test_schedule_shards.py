@@ -113,10 +113,21 @@ def online(client: Client, nodes: list[str]) -> bool:
     return found is not None and all(row["online"] for row in found["nodes"])
 
 
-def let_pass(seconds: float) -> None:
-    """Let the schedules fire for a while (nothing to wait for but time)."""
-    until = time.time() + seconds
-    wait_until(lambda: time.time() >= until, seconds + 5, 0.1)
+def fired_since(client: Client, added: list[dict[str, Any]], since_ms: int) -> bool:
+    """Whether every schedule has settled a due time after ``since_ms``: its partition's
+    owner, whichever server it is by then, fired it."""
+    rows = client.call("schedule.list", {})
+    if rows is None:
+        return False
+    consumed = {row["schedule_id"]: row["consumed_ms"] for row in rows["schedules"]}
+    return all(consumed[s["schedule_id"]] > since_ms for s in added)
+
+
+def let_fire(client: Client, added: list[dict[str, Any]], timeout_s: float = 40.0) -> None:
+    """Wait until every schedule has fired from now on (the owners, not the time, are
+    what each stage is about)."""
+    since_ms = int(time.time() * 1000)
+    wait_until(lambda: fired_since(client, added, since_ms), timeout_s, 0.2)
 
 
 def pause(client: Client, sid: str) -> None:
@@ -200,14 +211,14 @@ def scenario(sandbox: Sandbox) -> None:
         # Both servers fire their share before anything happens to them.
         wait_until(lambda: OWNED in second.log_text(), 20.0, 0.1)
         assert OWNED in sandbox.procs["server"].log_text()
-        let_pass(8)  # fires of both owners
+        let_fire(client, added)  # fires of both owners
         sandbox.kill("server", signal.SIGKILL)  # the leader, mid-fire
         client.close()
-        let_pass(10)  # server-b leads, takes server-a's partitions once it is stale
+        let_fire(client, added)  # server-b leads, takes server-a's partitions once stale
         third = start_third_server(sandbox)
         client.endpoints = [*both, ready_fields(third.ready_line)["api"]]
         wait_until(lambda: OWNED in third.log_text(), 30.0, 0.1)
-        let_pass(8)  # fires of both owners again
+        let_fire(client, added)  # fires of both owners again
         for schedule in added:
             pause(client, schedule["schedule_id"])
         # A pause reaches the partition's owner within a moment: a due time in between
@@ -228,7 +239,7 @@ def scenario(sandbox: Sandbox) -> None:
         assert last
         expected, found = last[0]
         assert set(found) == expected  # every due time: one job, and no other job
-        assert len(expected) > SCHEDULES * 8
+        assert len(expected) >= SCHEDULES * 3  # each stage's fires, at least
         ran = [job for node in sandbox.nodes for job in stamps(sandbox.root, node)]
         assert len(ran) == len(set(ran)) and set(ran) <= expected  # none ran twice
         assert all(stamps(sandbox.root, node) for node in sandbox.nodes)

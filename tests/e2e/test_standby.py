@@ -87,14 +87,15 @@ def two_servers(
     standby_first: bool,
     silence_factor: float | None = None,
     lifetime_s: float = LIFETIME_S,
+    log: dict[str, object] | None = None,
 ) -> Iterator[Pair]:
     """The sandbox's server leads; ``server-b`` stands by; three agents list both, the
     standby first or last (and wait ``silence_factor`` offline windows of silence before
-    they rediscover, when given)."""
+    they rediscover, when given). ``log``: settings of the servers' ``[log]`` table."""
     sandbox = Sandbox(
         tmp_path / "fleet",
         whitelist=WHITELIST,
-        server_extra={"server": {"config_lifetime_s": lifetime_s}},
+        server_extra={"server": {"config_lifetime_s": lifetime_s}, "log": log or {}},
     ).prepare()
     try:
         sandbox.start_server()

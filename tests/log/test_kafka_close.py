@@ -7,9 +7,11 @@ terminating the group, confluent-kafka then waited for the group's thread holdin
 and the whole process stopped, main thread in ``Thread.start`` or in the bounded join.
 
 The child process does what such a server does, many times, with the time between joining
-and leaving spread over the window in which the assignment arrives (some 100s of ms on the
-mock). Before the fix it froze in 2 runs out of 3 of this loop; a frozen child dumps its
-stacks to stderr and exits, so the parent never waits out more than its own timeout.
+and leaving spread over 0.02-0.3 s. Before the fix one member in 20 to 35 froze, whatever
+that time (measured from 0.02 to 1.4 s after joining), so many short members find it as
+surely as a few long ones, in a fraction of the time: this loop froze in each of 7 runs
+(24 members of 1.0-1.7 s froze in 2 runs out of 3). A frozen child dumps its stacks to
+stderr and exits, so the parent never waits out more than its own timeout.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-LONG_SESSION_MS = 40_000
-ROUNDS = 3
+# Far longer than the handover is given below; the mock heartbeats every sixth of it, and
+# a member is assigned at a heartbeat (40 s made that up to 6.7 s, in half the runs).
+LONG_SESSION_MS = 12_000
+ROUNDS = 8
 MEMBERS = 8
-FIRST_S, STEP_S = 1.0, 0.1  # the n-th member of a round leaves FIRST_S + n * STEP_S after joining
+FIRST_S, STEP_S = 0.02, 0.04  # the n-th member of a round leaves FIRST_S + n * STEP_S after joining
 FROZEN_S = 60  # the child dumps its stacks and exits if still running by then
 
 CHILD = """
