@@ -28,8 +28,9 @@ from typing import Any
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from keys import files
-from keys.identity import b64, generate
+from keys.identity import generate
 from pushjobs.api.client import ApiClient
+from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError
 from pushjobs.sandbox import Sandbox
 
@@ -56,17 +57,7 @@ def log_mb(root: Path) -> float:
 def writer_client(box: Sandbox, admin: ApiClient) -> ApiClient:
     identity = generate("mallory", "user")
     files.save(identity, box.keys_dir, force=True)
-    admin.call(
-        "key.add",
-        {
-            "name": "mallory",
-            "kind": "user",
-            "ed25519_public": b64(identity.public.ed25519_public),
-            "curve_public": identity.public.curve_public,
-            "role": "writer",
-            "accept": True,
-        },
-    )
+    RemoteKeys(admin).add(identity.public, "writer", accept=True)
     return ApiClient.from_files(
         box.api, box.keys_dir / "server.pub", box.keys_dir / "mallory.key", timeout_s=30.0
     )

@@ -7,11 +7,8 @@ those tests skip); the policy (``JournalWrites``) on a stand-in journal whose wr
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,30 +19,13 @@ from agent.journalwrites import JournalWrites
 from agent.outbound import Outbound
 from agent.runner import JobRunner, Reply, RunnerState
 from pushjobs.errors import JournalError
+from tests.tmpfs import fill, mounted
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    argv = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "fs", 1 << 20) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
-
-
-def fill(directory: Path) -> Path:
-    filler = directory / "filler"
-    with filler.open("wb", buffering=0) as fh:
-        for size in (65536, 512, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    fh.write(b"\0" * size)
-    return filler
 
 
 def test_a_full_disk_is_named_and_an_outcome_is_held_in_memory(small_fs: Path) -> None:

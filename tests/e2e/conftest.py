@@ -69,6 +69,19 @@ class Fleet:
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         return self.client.call(method, params or {})
 
+    def call_served(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """The result, or None while no server leads or a restarted one is not serving yet
+        (for a ``wait_until`` across a server's death)."""
+        try:
+            return self.call(method, params)
+        except Unreachable:
+            self.reconnect()
+            return None
+        except ApiError as exc:
+            if exc.code == "not_leader":
+                return None
+            raise
+
     def node(self, name: str) -> dict[str, Any]:
         rows: list[dict[str, Any]] = self.call("node.status", {"nodes": [name]})["nodes"]
         return rows[0]
@@ -91,15 +104,8 @@ class Fleet:
 
     def status_or_none(self, job_id: str) -> dict[str, Any] | None:
         """The job, or None while a restarted server is not serving yet."""
-        try:
-            return self.status(job_id)
-        except Unreachable:
-            self.reconnect()
-            return None
-        except ApiError as exc:
-            if exc.code == "not_leader":
-                return None
-            raise
+        found = self.call_served("job.status", {"job_id": job_id})
+        return None if found is None else dict(found["job"])
 
     def wait_job(self, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
         def finished() -> dict[str, Any] | None:

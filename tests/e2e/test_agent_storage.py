@@ -21,8 +21,8 @@ import pytest
 
 from pushjobs.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST, Fleet
-from tests.e2e.tmpfs import fill, mounted, set_readonly
 from tests.support import wait_until
+from tests.tmpfs import fill, mounted, set_readonly
 
 MOUNT_BYTES = 2 << 20
 

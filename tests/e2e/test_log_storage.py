@@ -20,8 +20,8 @@ from pushjobs.childproc import await_ready, spawn
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.sandbox import Sandbox
 from tests.e2e.conftest import Fleet, impatient_client_config, make_fleet
-from tests.e2e.tmpfs import fill, mounted, set_readonly
 from tests.support import wait_until
+from tests.tmpfs import fill, mounted, set_readonly
 
 MOUNT_BYTES = 8 << 20
 

@@ -12,33 +12,21 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from pushjobs.errors import ApiError, Unreachable
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import names
 from server.schedlog import key_of
 from server.shards import DEFAULT_PARTITIONS, topic_of
-from tests.e2e.conftest import Fleet, make_fleet, run_cli
+from tests.e2e.conftest import Fleet, run_cli
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
 HUGE_TIMEOUT_S = 1e17  # accepted before timeouts were bounded
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Any:
-    fleet = make_fleet(tmp_path)
-    try:
-        fleet.wait_online()
-        yield fleet
-    finally:
-        fleet.close()
 
 
 def plant_timeout(fleet: Fleet, sid: str, timeout_s: float, *, paused: bool) -> None:
@@ -69,16 +57,8 @@ def cli(fleet: Fleet, *args: str) -> str:
 
 def shown(fleet: Fleet, sid: str) -> dict[str, Any] | None:
     """The schedule as the leader shows it; None while no server leads."""
-    try:
-        schedule: dict[str, Any] = fleet.call("schedule.show", {"schedule_id": sid})["schedule"]
-    except Unreachable:
-        fleet.reconnect()
-        return None
-    except ApiError as exc:
-        if exc.code == "not_leader":
-            return None
-        raise
-    return schedule
+    found = fleet.call_served("schedule.show", {"schedule_id": sid})
+    return None if found is None else dict(found["schedule"])
 
 
 def fires(fleet: Fleet, sid: str) -> list[dict[str, Any]]:

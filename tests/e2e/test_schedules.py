@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.main import app
-from pushjobs.errors import ApiError, Unreachable
 from server.schedule import fire_job_id
 from tests.e2e.conftest import TERMINAL, Fleet
 from tests.support import wait_until
@@ -28,20 +27,6 @@ pytestmark = pytest.mark.e2e
 PERIOD_S = 1
 RUN_S = 12.0
 KILLS = 3
-
-
-def _call(fleet: Fleet, method: str, params: dict[str, object]) -> dict[str, object] | None:
-    """The result, or None while a restarted server is not serving yet."""
-    try:
-        result: dict[str, object] = fleet.call(method, params)
-        return result
-    except Unreachable:
-        fleet.reconnect()
-        return None
-    except ApiError as exc:
-        if exc.code == "not_leader":
-            return None
-        raise
 
 
 def _restart_at(fleet: Fleet, moment: float) -> None:
@@ -78,7 +63,7 @@ def test_each_due_time_runs_once_on_each_node_across_server_kills(fleet: Fleet) 
         _restart_at(fleet, fire_s + rng.uniform(-0.3, 0.3))
     end_s = max(fire_s + PERIOD_S, first_due / 1000 + RUN_S)
     wait_until(lambda: time.time() >= end_s, 60.0, 0.05)
-    wait_until(lambda: _call(fleet, "schedule.pause", {"schedule_id": sid}), 30.0, 0.05)
+    wait_until(lambda: fleet.call_served("schedule.pause", {"schedule_id": sid}), 30.0, 0.05)
     paused = fleet.call("schedule.show", {"schedule_id": sid})["schedule"]
     last_due = paused["consumed_ms"]
 
@@ -87,7 +72,7 @@ def test_each_due_time_runs_once_on_each_node_across_server_kills(fleet: Fleet) 
 
     def all_ended() -> bool:
         for job_id in expected:
-            job = _call(fleet, "job.status", {"job_id": job_id, "nodes": False})
+            job = fleet.call_served("job.status", {"job_id": job_id, "nodes": False})
             if job is None or job["job"]["state"] not in TERMINAL:  # type: ignore[index]
                 return False
         return True

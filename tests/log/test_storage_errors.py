@@ -4,10 +4,7 @@ SQLITE_FULL); a full disk and a read-only directory on a real tmpfs (root only).
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,33 +14,13 @@ from pushjobs.errors import BackendUnavailable
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.sqlite import SqliteLog
 from pushjobs.log.sqlite_file import translate
-
-
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
+from tests.tmpfs import fill, mounted, set_readonly
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = _run("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount))
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "fs", 2 << 20) as mount:
         yield mount
-    finally:
-        _run("umount", "-l", str(mount))
-
-
-def fill(directory: Path) -> Path:
-    filler = directory / "filler"
-    with filler.open("wb", buffering=0) as fh:
-        for size in (65536, 512):
-            with contextlib.suppress(OSError):
-                while True:
-                    fh.write(b"\0" * size)
-    return filler
 
 
 def test_a_full_database_is_backend_unavailable_saying_full(tmp_path: Path) -> None:
@@ -79,7 +56,7 @@ def test_a_full_disk_names_the_free_space(small_fs: Path) -> None:
 def test_creating_a_log_in_a_read_only_directory_is_one_line_and_leaves_nothing(
     small_fs: Path,
 ) -> None:
-    assert _run("mount", "-o", "remount,ro", str(small_fs)).returncode == 0
+    set_readonly(small_fs, True)
     with pytest.raises(BackendUnavailable) as caught:
         SqliteLog(small_fs / "log.db")
     assert str(caught.value) == (
@@ -90,7 +67,7 @@ def test_creating_a_log_in_a_read_only_directory_is_one_line_and_leaves_nothing(
 
 def test_opening_a_log_on_a_read_only_mount_says_read_only(small_fs: Path) -> None:
     SqliteLog(small_fs / "log.db").close()
-    assert _run("mount", "-o", "remount,ro", str(small_fs)).returncode == 0
+    set_readonly(small_fs, True)
     with pytest.raises(BackendUnavailable, match=r"log's directory .* is read-only"):
         SqliteLog(small_fs / "log.db")
 

@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from keys import files
-from keys.identity import b64, generate
+from keys.identity import generate
 from pushjobs.api.client import ApiClient
+from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError
 from pushjobs.sandbox import Sandbox
 from pushjobs.tomlwrite import toml_text
@@ -76,17 +77,7 @@ def writer(fleet: Fleet, name: str) -> ApiClient:
     """A new writer key, added and accepted by the fleet's admin, and its client."""
     identity = generate(name, "user")
     files.save(identity, fleet.root / "keys", force=True)
-    fleet.call(
-        "key.add",
-        {
-            "name": name,
-            "kind": "user",
-            "ed25519_public": b64(identity.public.ed25519_public),
-            "curve_public": identity.public.curve_public,
-            "role": "writer",
-            "accept": True,
-        },
-    )
+    RemoteKeys(fleet.client).add(identity.public, "writer", accept=True)
     return ApiClient.from_files(
         fleet.sandbox.api,
         fleet.root / "keys" / "server.pub",
