@@ -73,8 +73,14 @@ class Coordinator(JudgesHeartbeats):
         keep_finished: int = 10_000,
         keep_finished_nodes: int = 500_000,
         keep_finished_option_bytes: int = 64_000_000,
+        keep_finished_output_bytes: int = 100_000_000,
     ) -> None:
-        self.finished = Finished(keep_finished, keep_finished_nodes, keep_finished_option_bytes)
+        self.finished = Finished(
+            keep_finished,
+            keep_finished_nodes,
+            keep_finished_option_bytes,
+            keep_finished_output_bytes,
+        )
         self.jobs: dict[str, Job] = {}
         self.versions: dict[str, int] = {}
         self.outputs: dict[tuple[str, str], OutputReceived] = {}
@@ -345,7 +351,11 @@ class Coordinator(JudgesHeartbeats):
                 del self._unfinished_by[job.requested_by]
         if job_id in self.finished:
             return
-        for old in self.finished.add(job_id, len(job.nodes), option_bytes(job.options)):
+        captured = (self.outputs[(job_id, n)].output for n in self._output_nodes.get(job_id, ()))
+        output_bytes = sum(len(o.stdout) + len(o.stderr) for o in captured)
+        for old in self.finished.add(
+            job_id, len(job.nodes), option_bytes(job.options), output_bytes
+        ):
             self.jobs.pop(old, None)
             self.versions.pop(old, None)
             self.touched.add(old)

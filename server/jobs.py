@@ -96,6 +96,7 @@ class Jobs:
             self.settings.keep_finished,
             self.settings.keep_finished_nodes,
             self.settings.keep_finished_option_bytes,
+            self.settings.keep_finished_output_bytes,
         )
 
     # --- leadership -------------------------------------------------------------------------

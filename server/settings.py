@@ -143,6 +143,9 @@ class JobSettings:
     keep_finished_option_bytes: int = 64_000_000
     """And at most this many bytes of their options (env, secret_env, cwd: up to ~64 KB a
     job, a few hundred bytes usually) across them: oldest go first."""
+    keep_finished_output_bytes: int = 100_000_000
+    """And at most this many characters of output captured from their nodes (``--capture``:
+    up to the agents' capture limit per node and channel) across them: oldest go first."""
     max_active_jobs_per_caller: int = 1000
     """Jobs one user key may have not finished yet (new, voting or running); one more is
     refused ``busy`` until one ends. Each holds its options (up to ~64 KB) in memory. Admin
@@ -174,6 +177,7 @@ class JobSettings:
         for bound in (
             "keep_finished_nodes",
             "keep_finished_option_bytes",
+            "keep_finished_output_bytes",
             "max_active_jobs_per_caller",
             "job_start_burst_per_caller",
         ):

@@ -156,13 +156,13 @@ def test_one_finished_job_over_the_bytes_bound_is_still_kept() -> None:
     assert sorted(coord.jobs) == ["big"]  # the newest is kept, so job status can show it
 
 
-def run_with_output(coord: Coordinator, job_id: str) -> None:
-    """A one-node job that succeeds with captured output."""
+def run_with_output(coord: Coordinator, job_id: str, stdout: str | None = None) -> None:
+    """A one-node job that succeeds with captured output (by default, its job id)."""
     submit(coord, job_id)
     reply: dict[str, Any] = {"job_id": job_id, "sender": "n1", "incarnation": "i", "timestamp": T0}
     coord.reply(AckCommit(sequence=1, **reply), T0)
     coord.reply(AckRun(sequence=2, **reply), T0)
-    output = JobOutput(stdout=job_id)
+    output = JobOutput(stdout=job_id if stdout is None else stdout, stderr="e" * 1000)
     coord.reply(Succeeded(sequence=3, exit_status=0, duration_ms=1, output=output, **reply), T0)
 
 
@@ -277,8 +277,22 @@ def test_admin_keys_are_not_bounded() -> None:
         ("job_starts_per_minute_per_caller", float("nan")),
         ("job_start_burst_per_caller", 0),
         ("keep_finished_option_bytes", 0),
+        ("keep_finished_output_bytes", 0),
+        ("schedule_fires_per_minute_per_caller", 0.0),
+        ("schedule_fires_per_minute_per_caller", float("nan")),
     ],
 )
 def test_bounds_that_would_refuse_everything_are_config_errors(setting: str, value: Any) -> None:
     problems = dict(JobSettings(**{setting: value}).check())
     assert setting in problems
+
+
+def test_finished_jobs_are_also_bounded_by_the_output_they_captured() -> None:
+    coord = Coordinator(keep_finished=10_000, keep_finished_output_bytes=70_000)
+    for job_id in ("o1", "o2", "o3"):
+        run_with_output(coord, job_id, stdout="x" * 30_000)  # 31,000 with its stderr
+    # Two fit 70,000 characters; the third pushed the oldest out, its output with it.
+    assert sorted(coord.jobs) == ["o2", "o3"]
+    assert sorted(coord.outputs) == [("o2", "n1"), ("o3", "n1")]
+    run_with_output(coord, "quiet", stdout="")  # 1,000: all three fit
+    assert sorted(coord.jobs) == ["o2", "o3", "quiet"]
