@@ -63,6 +63,7 @@ class Backend(Protocol):
     nodes: NodeTable
     registry: KeyRegistry
     clock: Clock
+    api_drops: dict[str, int]
 
     @property
     def jobs(self) -> JobEffects:
@@ -124,11 +125,14 @@ class ApiHandlers:
         handler = self.table.get(method)
         if handler is None:
             raise bad(f"unknown method {method!r}")
-        if method in RATED and not self._is_admin(caller):
-            self._within_bounds(method, caller)
+        bounded = method in RATED and not self._is_admin(caller)
         try:
+            if bounded:
+                self._within_bounds(method, caller)
             return handler(params, caller)
-        except ApiError:
+        except ApiError as exc:
+            if bounded and exc.code == methods.BUSY:  # a writer past its bounds: counted
+                self.b.api_drops["writer_bounds"] += 1
             raise
         except TargetError as exc:
             raise bad(str(exc)) from None

@@ -29,6 +29,7 @@ class Backend:
         )
         self.registry = SimpleNamespace(find=lambda name: SimpleNamespace(role="admin"))
         self.requests: list[JobRequest] = []
+        self.api_drops: dict[str, int] = {}
         self.coordinator = self
 
     def start_job(self, request: JobRequest, caller: str) -> str:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -190,6 +191,7 @@ class Backend:
             find=lambda name: SimpleNamespace(role=roles[name]) if name in roles else None
         )
         self.started = 0
+        self.api_drops: Counter[str] = Counter()
 
     def start_job(self, request: JobRequest, caller: str) -> str:
         self.started += 1
@@ -227,6 +229,7 @@ def test_one_job_more_than_a_callers_unfinished_bound_is_refused_busy() -> None:
     with pytest.raises(ApiError) as refused:
         start(api, "writer")
     assert refused.value.code == "busy" and backend.started == 2
+    assert backend.api_drops == {"writer_bounds": 1}  # counted where an operator looks
     assert "writer has 2 jobs not finished" in str(refused.value)
     assert "jobs.max_active_jobs_per_caller" in str(refused.value)
     start(api, "other")  # another writer's jobs are its own

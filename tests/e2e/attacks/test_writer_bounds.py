@@ -120,6 +120,8 @@ def test_a_writers_unfinished_jobs_are_bounded_and_another_writers_are_not(
         assert err.count("\n") == 1 and err.startswith("error: "), err
         assert "amy has 2 jobs not finished" in err, err
         assert "jobs.max_active_jobs_per_caller" in err, err
+        # Counted where an operator looks: server status and pushjobs_drops_total.
+        assert bounded.call("server.info")["drops"]["api"]["writer_bounds"] >= 1
         jobs.append(start(bob, "sleeper", "node-3"))  # bob's jobs are his own
         # One of amy's ends: she may start one again.
         amy.call("job.abort", {"job_id": jobs[0]})
