@@ -128,5 +128,5 @@ class SchedAdmin:
         if per_minute is not None:
             held = [e.schedule for e in scheduler.catalog.entries.values()]
             mine = [s.trigger for s in held if s.created_by == caller]
-            schedbudget.check(caller, when, mine, now_ms, per_minute)
+            schedbudget.check(caller, when, mine, per_minute)
         return {"schedule": scheduler.add(params, caller, when, catch_up, overlap)}

@@ -159,9 +159,10 @@ class JobSettings:
     """How many of those requests one user key may make at once (a script starting a job
     on each of a few hundred nodes in turn) before the rate above applies."""
     schedule_fires_per_minute_per_caller: float = 60.0
-    """How often one user key's recurring schedules may fire, all together, counted over
-    the hour ahead when it adds one (an every-second schedule fires 60 times a minute);
-    past it the add is refused ``busy``. Its schedules start jobs without asking, so this
+    """How often one user key's recurring schedules may fire, all together, over an hour:
+    when it adds one, the most each can fire in any hour is summed (an every-second
+    schedule, even one limited to one hour of the day, counts 3,600: 60 a minute); past it
+    the add is refused ``busy``. Its schedules start jobs without asking, so this
     bounds them as the rate above bounds ``job.start``. Admin keys are not limited."""
 
     def check(self) -> Iterable[tuple[str, str]]:
