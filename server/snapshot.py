@@ -157,6 +157,8 @@ class JobSnapshot:
                 "wait_s": spec.wait_ms / 1000,
                 "max_failures": spec.budget(targets),
                 "failures": sum(self._counts[s] for s in FAILURE_STATES),
+                # Lost in flight, maybe still running: their slots stay taken (batch.py).
+                "held": sorted(self._window.lost),
             }
         }
 

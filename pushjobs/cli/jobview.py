@@ -60,6 +60,8 @@ def batch_text(job: Mapping[str, Any]) -> str:
         text += f" every {batch['wait_s']:g}s"
     if batch["max_failures"] is not None:
         text += f", {batch['failures']} of {batch['max_failures']} failures allowed"
+    if held := batch.get("held"):  # a server before held slots sends none
+        text += f", {len(held)} held by silent nodes"
     return printable(text)
 
 
@@ -71,13 +73,19 @@ def node_table(job: Mapping[str, Any]) -> str:
     # A batch job's waiting nodes say their place in line (the server keeps target order).
     waiting = [name for name, n in job["nodes"].items() if n["state"] == "waiting"]
     place = {name: f"waiting its turn: {i} of {len(waiting)}" for i, name in enumerate(waiting, 1)}
+    # Lost while in flight: its command may still run, so its slot stays taken.
+    held = set((job.get("batch") or {}).get("held") or ())
     rows = [
         {
             "node": name,
             "state": n["state"],
             "exit": n["exit_status"],
             "reason": with_output_hint(
-                job["job_id"], name, n["state"], n["reason"] or place.get(name, "")
+                job["job_id"],
+                name,
+                n["state"],
+                (n["reason"] or place.get(name, ""))
+                + ("; slot held until it is heard or its timeout" if name in held else ""),
             ),
         }
         for name, n in sorted(job["nodes"].items())

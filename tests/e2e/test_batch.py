@@ -75,7 +75,13 @@ def peak_in_flight(lines: list[tuple[str, str, int]]) -> int:
 
 def test_batch_of_3_runs_each_of_10_nodes_once_never_more_than_3_at_once(ten: Fleet) -> None:
     job = ten.start("slow-step", NODES, batch="3")  # 1 s each: time to look at it waiting
-    assert job["batch"] == {"window": 3, "wait_s": 0.0, "max_failures": None, "failures": 0}
+    assert job["batch"] == {
+        "window": 3,
+        "wait_s": 0.0,
+        "max_failures": None,
+        "failures": 0,
+        "held": [],
+    }
     # While it runs, the status shows the nodes waiting their turn.
     wait_until(lambda: ten.status(job["job_id"])["summary"].get("waiting", 0) >= 3, 20, 0.02)
     code, out = cli(ten, "job", "status", job["job_id"])

@@ -42,7 +42,8 @@ def test_batch_params_become_the_jobs_batch_options() -> None:
     reply = start(backend, batch=3, batch_wait_s=1.5, max_failures="20%")
     [request] = backend.requests
     assert request.options["batch"] == {"size": "3", "wait_s": 1.5, "max_failures": "20%"}
-    assert reply["job"]["batch"] == {"window": 3, "wait_s": 1.5, "max_failures": 1, "failures": 0}
+    batch = {"window": 3, "wait_s": 1.5, "max_failures": 1, "failures": 0, "held": []}
+    assert reply["job"]["batch"] == batch
     start(backend)
     assert "batch" not in backend.requests[1].options and "batch" not in backend.job.snapshot()
 
@@ -74,3 +75,21 @@ def test_a_halted_job_is_over_and_exits_failed() -> None:
     job = {"state": "halted", "nodes": {"a": node("failed"), "b": node("skipped")}}
     assert "halted" in jobview.TERMINAL
     assert jobview.exit_code_for(job) is Exit.FAILED
+
+
+def test_a_slot_held_by_a_silent_node_is_said_in_the_table_and_the_progress_line() -> None:
+    job = {
+        "job_id": "j1",
+        "state": "running",
+        "summary": {"crashed": 1, "running": 1, "waiting": 1},
+        "batch": {"window": 2, "wait_s": 0, "max_failures": None, "failures": 1, "held": ["b"]},
+        "nodes": {
+            "a": node("running"),
+            "b": node("crashed", "node went offline"),
+            "c": node("waiting"),
+        },
+    }
+    table = jobview.node_table(job)
+    assert "node went offline; slot held until it is heard or its timeout" in table
+    line = jobview.progress_line(job, 1.0)
+    assert line.endswith("batch of 2, 1 held by silent nodes")

@@ -139,6 +139,7 @@ def test_spent_failure_budget_skips_the_waiting_lets_the_running_finish_and_halt
         "wait_s": 0.0,
         "max_failures": 1,
         "failures": 1,
+        "held": [],
     }
 
 
@@ -294,6 +295,7 @@ def test_a_node_lost_in_flight_keeps_its_slot_until_heard_idle():
     assert coord.node_lost("a", T0 + 2, "node went offline") != []
     assert job.nodes["a"].state is NodeState.CRASHED
     assert states(job, NodeState.WAITING) == ["b", "c"]  # no second node in flight
+    assert coord.view("j1")["batch"]["held"] == ["a"]  # said to whoever looks
     # Heard again, still running the job: the slot stays taken.
     assert runs(coord.heard("a", "j1", "running", T0 + 3)) == []
     # Heard idle: its command has stopped; the next node gets the slot.
