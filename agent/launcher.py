@@ -168,9 +168,14 @@ def write_payload(payload: m.FilePayload) -> None:
     tmp = path.with_name(path.name + ".pushjobs-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, payload.mode)
     try:
-        os.write(fd, data)
+        written = 0
+        while written < len(data):  # a short write (a disk filling up) is not the file
+            written += os.write(fd, data[written:])
         os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # never installed, never left behind
+        raise
+    os.close(fd)
     os.chmod(tmp, payload.mode)
     os.replace(tmp, path)

@@ -61,6 +61,9 @@ third of the default leaves two repeats to lose."""
 
 FAILURE_STATES = frozenset({NodeState.FAILED, NodeState.TIMED_OUT, NodeState.CRASHED})
 IN_FLIGHT_STATES = frozenset({NodeState.READY, NodeState.RUNNING})
+# The reason a node lost to its agent's restart is crashed with: the restarted agent killed
+# its command, so its slot is free (every other crash of a node with a turn holds it).
+NODE_RESTARTED = "node restarted (new incarnation)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,19 +167,19 @@ class Window:
             self.refresh_due_ms = now_ms + HOLD_REFRESH_MS
 
     def rebuild(
-        self, nodes: Iterable[tuple[str, NodeState, int | None]], run_timeout_ms: int
+        self, nodes: Iterable[tuple[str, NodeState, int | None, str]], run_timeout_ms: int
     ) -> None:
-        """From (name, state, turn_ms) in target order: a restored job's window."""
+        """From (name, state, turn_ms, reason) in target order: a restored job's window."""
         self.waiting.clear()
         turns = []
-        for name, state, turn_ms in nodes:
+        for name, state, turn_ms, reason in nodes:
             if state is NodeState.WAITING:
                 self.waiting.append(name)
             if turn_ms is not None:
                 self.last_start_ms = max(self.last_start_ms or turn_ms, turn_ms)
                 if state in IN_FLIGHT_STATES:
                     turns.append((turn_ms + run_timeout_ms, name))
-                elif state is NodeState.CRASHED:
+                elif state is NodeState.CRASHED and reason != NODE_RESTARTED:
                     # Maybe still running: held until heard (at once, by a live node).
                     self.lost[name] = turn_ms + run_timeout_ms
         self.deadlines = deque(sorted(turns))

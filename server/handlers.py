@@ -10,8 +10,9 @@ from here on they exist in clear only inside the commit sent to a node.
 
 What one user key may make the server hold and write is bounded before its params are
 read: ``job.start`` is refused ``busy`` while the key has ``max_active_jobs_per_caller``
-jobs not finished, and ``job.start`` and ``schedule.add`` together past a token bucket per
-key (``quotas.py``), with the seconds to wait. Admin keys are not bounded: an admin can
+jobs not finished, and ``job.start``, ``schedule.add``, ``schedule.pause`` and
+``schedule.resume`` together past a token bucket per key (``quotas.py``), with the seconds
+to wait. Admin keys are not bounded: an admin can
 make new keys at will, so a bound per admin key would bound nothing, and an admin must be
 able to act in an incident. A schedule's fires do not come through here (``scheduler.py``).
 """
@@ -39,7 +40,7 @@ from server.settings import JobSettings
 
 WATCH: Final = object()
 """A handler's answer meaning: park this request until the job changes or time passes."""
-RATED: Final = frozenset({"job.start", "schedule.add"})
+RATED: Final = frozenset({"job.start", "schedule.add", "schedule.pause", "schedule.resume"})
 """The methods that take a token from the caller's bucket: each makes the server write."""
 
 

@@ -30,6 +30,7 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Message, NodeHeartbeat
 from server import records
+from server.batch import NODE_RESTARTED
 from server.jobs import Jobs
 from server.leadership import Leadership
 from server.nodes import NodeOffline, NodeOnline, NodeRestarted, NodeTable
@@ -103,9 +104,7 @@ class NodeIntake:
             if isinstance(event, NodeOnline):
                 self._online(event.node, now_ms)
             elif isinstance(event, NodeRestarted):
-                self.jobs.node_lost(
-                    event.node, now_ms, "node restarted (new incarnation)", restarted=True
-                )
+                self.jobs.node_lost(event.node, now_ms, NODE_RESTARTED, restarted=True)
         self.jobs.heartbeat(msg.sender, msg.job_id, msg.job_state, msg.timestamp, now_ms)
 
     def _online(self, node: str, now_ms: int) -> None:

@@ -90,7 +90,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         spec = BatchSpec.from_options(self.options)
         if spec is not None:
             self._window = Window(spec)
-            rows = ((name, r.state, r.turn_ms) for name, r in self.nodes.items())
+            rows = ((name, r.state, r.turn_ms, r.reason) for name, r in self.nodes.items())
             self._window.rebuild(rows, self.run_timeout_ms)
 
     @classmethod

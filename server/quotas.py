@@ -32,8 +32,8 @@ class _Bucket:
 
 class RateQuota:
     def __init__(self, per_minute: float, burst: int, *, max_callers: int = 10_000) -> None:
-        if per_minute <= 0 or burst < 1:
-            raise ValueError("a rate quota needs per_minute > 0 and burst >= 1")
+        if not (0 < per_minute < math.inf) or burst < 1:  # NaN and inf too
+            raise ValueError("a rate quota needs a finite per_minute > 0 and burst >= 1")
         self.per_minute = per_minute
         self.burst = burst
         self.ms_per_token = MS_PER_MINUTE / per_minute

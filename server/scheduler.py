@@ -362,10 +362,11 @@ class Scheduler:
 
     def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
         entry = self._get(schedule_id)
-        # Resumed: what fell due while paused is not fired.
+        # Resumed: what fell due while paused is not fired. Unchanged: nothing written.
         from_ms = entry.from_ms if paused else max(entry.from_ms, self.clock.wall_ms())
         changed = Entry(entry.schedule.with_paused(paused), from_ms, entry.topic)
-        self._write(schedule_id, changed, entry.topic)
+        if entry.schedule.paused is not paused:
+            self._write(schedule_id, changed, entry.topic)
         return self.catalog.view(schedule_id)
 
     def delete(self, schedule_id: str) -> dict[str, Any]:

@@ -129,6 +129,9 @@ class ServerSection:
         return self.registry if self.registry is not None else paths.registry_path()
 
 
+MIN_RATE, MAX_RATE = 0.001, 1e9  # per minute: one a fortnight, or no bound in practice
+
+
 @dataclass(frozen=True, slots=True)
 class JobSettings:
     vote_timeout_s: float = 30.0
@@ -151,10 +154,11 @@ class JobSettings:
     refused ``busy`` until one ends. Each holds its options (up to ~64 KB) in memory. Admin
     keys and schedules' fires are not counted."""
     job_starts_per_minute_per_caller: float = 60.0
-    """``job.start`` and ``schedule.add`` requests one user key may make a minute, after a
-    burst of ``job_start_burst_per_caller``; one more is refused ``busy`` with the seconds
-    to wait. A job writes its options to the log several times (its start request, its
-    snapshot at each change). Admin keys are not limited."""
+    """``job.start``, ``schedule.add``, ``.pause`` and ``.resume`` requests one user key may
+    make a minute (from 0.001 to 1e9), after a burst of ``job_start_burst_per_caller``; one
+    more is refused ``busy`` with the seconds to wait. A job writes its options to the log
+    several times (its start request, its snapshot at each change). Admin keys are not
+    limited."""
     job_start_burst_per_caller: int = 300
     """How many of those requests one user key may make at once (a script starting a job
     on each of a few hundred nodes in turn) before the rate above applies."""
@@ -185,8 +189,9 @@ class JobSettings:
             if getattr(self, bound) < 1:
                 yield bound, "must be at least 1"
         for rate in ("job_starts_per_minute_per_caller", "schedule_fires_per_minute_per_caller"):
-            if not getattr(self, rate) > 0:  # NaN too
-                yield rate, "must be greater than 0"
+            # inf or a denormal would divide by zero or overflow in the bucket (NaN fails too).
+            if not MIN_RATE <= getattr(self, rate) <= MAX_RATE:
+                yield rate, f"must be a number from {MIN_RATE:g} to {MAX_RATE:g}"
 
 
 @dataclass(frozen=True, slots=True)

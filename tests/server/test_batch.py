@@ -6,7 +6,7 @@ import pytest
 
 from pushjobs.quorum import Share
 from pushjobs.states import NodeState
-from server.batch import BatchSpec, Window, next_start_ms, plan
+from server.batch import NODE_RESTARTED, BatchSpec, Window, next_start_ms, plan
 
 T0 = 1_700_000_000_000
 
@@ -167,17 +167,20 @@ def test_failure_budget_skips_the_rest_and_lets_running_nodes_finish():
 def test_rebuilt_window_keeps_target_order_and_in_flight_deadlines():
     w = Window(spec("2"))
     rows = [
-        ("a", NodeState.SUCCEEDED, T0),
-        ("b", NodeState.RUNNING, T0 + 10),
-        ("c", NodeState.WAITING, None),
-        ("d", NodeState.READY, T0 + 20),
-        ("e", NodeState.WAITING, None),
+        ("a", NodeState.SUCCEEDED, T0, ""),
+        ("b", NodeState.RUNNING, T0 + 10, ""),
+        ("c", NodeState.WAITING, None, ""),
+        ("d", NodeState.READY, T0 + 20, ""),
+        ("e", NodeState.WAITING, None, ""),
+        ("f", NodeState.CRASHED, T0 + 1, "node went offline"),  # may run on: held
+        ("g", NodeState.CRASHED, T0 + 2, NODE_RESTARTED),  # its agent killed it: free
     ]
     w.rebuild(rows, 5000)
     assert list(w.waiting) == ["c", "e"]
     assert list(w.deadlines) == [(T0 + 5010, "b"), (T0 + 5020, "d")]
+    assert w.lost == {"f": T0 + 5001}
     assert w.last_start_ms == T0 + 20
-    states = {name: state for name, state, _ in rows}
+    states = {name: state for name, state, _, _ in rows}
     states["c"] = NodeState.CRASHED  # left the queue while waiting
     assert w.next_waiting(states.__getitem__) == "e"
     states["b"] = NodeState.SUCCEEDED

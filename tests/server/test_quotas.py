@@ -283,6 +283,10 @@ def test_admin_keys_are_not_bounded() -> None:
         ("keep_finished_output_bytes", 0),
         ("schedule_fires_per_minute_per_caller", 0.0),
         ("schedule_fires_per_minute_per_caller", float("nan")),
+        # inf divided by zero in the bucket, a denormal overflowed: either stopped the server.
+        ("job_starts_per_minute_per_caller", float("inf")),
+        ("job_starts_per_minute_per_caller", 1e-320),
+        ("schedule_fires_per_minute_per_caller", float("inf")),
     ],
 )
 def test_bounds_that_would_refuse_everything_are_config_errors(setting: str, value: Any) -> None:
