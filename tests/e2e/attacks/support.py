@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from keys import files
+from keys.identity import generate
 from pushjobs.api.client import ApiClient
+from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError, Unreachable
 from pushjobs.protocol.framing import Limits
 from tests.e2e.conftest import TERMINAL, WHITELIST, Fleet
@@ -100,3 +103,16 @@ def settled(fleet: Fleet, job_id: str | None, node: str | None = None) -> None:
     finally:
         quick.close()
     assert server_alive(fleet), "the server died: " + log_tail(fleet, "server")
+
+
+def writer(fleet: Fleet, name: str) -> ApiClient:
+    """A new writer key, added and accepted by the fleet's admin, and its client."""
+    identity = generate(name, "user")
+    files.save(identity, fleet.root / "keys", force=True)
+    RemoteKeys(fleet.client).add(identity.public, "writer", accept=True)
+    return ApiClient.from_files(
+        fleet.sandbox.api,
+        fleet.root / "keys" / "server.pub",
+        fleet.root / "keys" / f"{name}.key",
+        timeout_s=10.0,
+    )

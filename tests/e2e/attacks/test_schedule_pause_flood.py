@@ -11,13 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from keys import files
-from keys.identity import generate
 from pushjobs.api.client import ApiClient
-from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError
 from pushjobs.sandbox import Sandbox
-from tests.e2e.attacks.support import ATTACK_WHITELIST
+from tests.e2e.attacks.support import ATTACK_WHITELIST, writer
 from tests.e2e.conftest import WHITELIST, Fleet
 
 pytestmark = [
@@ -48,15 +45,7 @@ def small_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def test_a_writers_pause_and_resume_calls_are_bounded(small_bucket: Fleet) -> None:
-    identity = generate("wes", "user")
-    files.save(identity, small_bucket.root / "keys", force=True)
-    RemoteKeys(small_bucket.client).add(identity.public, "writer", accept=True)
-    wes = ApiClient.from_files(
-        small_bucket.sandbox.api,
-        small_bucket.root / "keys" / "server.pub",
-        small_bucket.root / "keys" / "wes.key",
-        timeout_s=10.0,
-    )
+    wes = writer(small_bucket, "wes")
     with wes:
         refused, grown = toggle(wes, small_bucket)
     # A bucket of BURST tokens lets at most BURST + a few definitions through.

@@ -23,14 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from keys import files
-from keys.identity import generate
 from pushjobs.api.client import ApiClient
-from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError
 from pushjobs.sandbox import Sandbox
 from pushjobs.tomlwrite import toml_text
-from tests.e2e.attacks.support import ATTACK_WHITELIST, log_tail, server_alive
+from tests.e2e.attacks.support import ATTACK_WHITELIST, log_tail, server_alive, writer
 from tests.e2e.conftest import TERMINAL, WHITELIST, Fleet
 from tests.e2e.conftest import run_cli as cli
 from tests.support import wait_until
@@ -71,19 +68,6 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield fleet
     finally:
         fleet.close()
-
-
-def writer(fleet: Fleet, name: str) -> ApiClient:
-    """A new writer key, added and accepted by the fleet's admin, and its client."""
-    identity = generate(name, "user")
-    files.save(identity, fleet.root / "keys", force=True)
-    RemoteKeys(fleet.client).add(identity.public, "writer", accept=True)
-    return ApiClient.from_files(
-        fleet.sandbox.api,
-        fleet.root / "keys" / "server.pub",
-        fleet.root / "keys" / f"{name}.key",
-        timeout_s=10.0,
-    )
 
 
 def cli_config(fleet: Fleet, name: str) -> Path:
