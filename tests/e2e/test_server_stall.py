@@ -24,7 +24,7 @@ def _pause(fleet: Fleet, seconds: float) -> None:
     pid = fleet.sandbox.procs["server"].popen.pid
     os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(seconds)  # the stall itself is what is tested, not a wait
+        time.sleep(seconds)  # the stall under test (noqa: not a wait)
     finally:
         os.kill(pid, signal.SIGCONT)
 

@@ -177,7 +177,7 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
             stopped_at = time.time()
             try:
                 # Past the broker's session, by more than the lease's renewal period.
-                time.sleep(SESSION_MS / 1000 + beyond_s)  # the pause under test, not a wait
+                time.sleep(SESSION_MS / 1000 + beyond_s)  # the pause under test (noqa: not a wait)
             finally:
                 os.kill(old.pid, signal.SIGCONT)
             wait_until(lambda: pair.leader_api() is not None, timeout_s=TAKEOVER_S)
