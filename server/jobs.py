@@ -341,4 +341,4 @@ class Jobs:
             changes += self.coordinator.crash(
                 job_id, now_ms, f"the server cannot record this job: {exc}"
             )
-        return records.recordable_snapshot(job, self.coordinator.versions.get(job_id, 0))
+        return records.snapshot_records(job, self.coordinator.versions.get(job_id, 0), as_repr=True)

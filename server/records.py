@@ -171,13 +171,16 @@ def refuse_unrecordable(
 
 
 def snapshot_records(
-    job: Job, version: int, chunks: Iterable[int] | None = None
+    job: Job, version: int, chunks: Iterable[int] | None = None, *, as_repr: bool = False
 ) -> list[tuple[str, bytes]]:
-    """A job's snapshot records: its header, and the node chunks named (default: all)."""
+    """A job's snapshot records: its header, and the node chunks named (default: all);
+    ``as_repr``: what cannot be encoded in them written as its ``repr`` (``recordable``)."""
     key = f"job:{job.job_id}"
-    out = [(key, orjson.dumps({**job.header(), "version": version}))]
+    header = {**job.header(), "version": version}
+    out = [(key, orjson.dumps(recordable(header) if as_repr else header))]
     for index in sorted(range(job.chunks) if chunks is None else set(chunks)):
-        out.append((f"{key}{CHUNK_KEY}{index}", job.chunk_bytes(index)))
+        value = orjson.dumps(recordable(job.chunk(index))) if as_repr else job.chunk_bytes(index)
+        out.append((f"{key}{CHUNK_KEY}{index}", value))
     return out
 
 
@@ -194,15 +197,6 @@ def recordable(value: Any) -> Any:
     except UNENCODABLE:
         return repr(value)
     return value
-
-
-def recordable_snapshot(job: Job, version: int) -> list[tuple[str, bytes]]:
-    """All of a job's snapshot records, what cannot be encoded in them as its ``repr``."""
-    key = f"job:{job.job_id}"
-    out = [(key, orjson.dumps(recordable({**job.header(), "version": version})))]
-    for index in range(job.chunks):
-        out.append((f"{key}{CHUNK_KEY}{index}", orjson.dumps(recordable(job.chunk(index)))))
-    return out
 
 
 def touched_chunks(
