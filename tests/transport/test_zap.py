@@ -116,7 +116,8 @@ def test_the_handler_survives_a_failing_decision(monkeypatch):
         # before it ran would admit this client and test nothing.
         assert called.wait(10)
         assert pull.poll(300) == 0  # bounded: refused, not admitted
-        monkeypatch.setattr(zap, "decide", decide)
+        # Closed before the policy is restored: its retried handshake would be admitted.
         transport.close_socket(refused)
+        monkeypatch.setattr(zap, "decide", decide)
         pusher(transport, pull, client, server).send(b"after")
         assert pull.poll(5000) and pull.recv() == b"after"
