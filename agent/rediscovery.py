@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from agent.config import DiscoverySection
+from agent.agentconfig import DiscoverySection
 from agent.discovery import backoff_s
 from pushjobs.protocol.messages import NodeConfig
 

@@ -24,7 +24,7 @@ import socket
 
 import zmq
 
-from agent.config import AgentConfig
+from agent.agentconfig import AgentConfig
 from agent.discovery import Discovery
 from agent.link import ServerLink
 from agent.rediscovery import DiscoverySchedule

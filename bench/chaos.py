@@ -10,7 +10,7 @@ over every node through a window smaller than the fleet; points first, between, 
 scheduled (a one-shot schedule; points before, fire, started). Each kind draws from the
 points it has among ``--points``.
 
-One real server and N real agents on 127.0.0.1; rounds of ``pushjobs/chaos.py`` (a job of
+One real server and N real agents on 127.0.0.1; rounds of ``pushjobs/testbed/chaos.py`` (a job of
 a random kind, one fault at a random point of its life, then the invariants) until the
 time is up, then the end check (every node back and usable). Prints the machine, the
 rounds, the faults injected, the job outcomes and every invariant violation (there must
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.chaos import Chaos
-from pushjobs.chaosplan import FAULTS, KINDS, POINTS, POINTS_OF, Narrow
+from pushjobs.testbed.chaos import Chaos
+from pushjobs.testbed.chaosplan import FAULTS, KINDS, POINTS, POINTS_OF, Narrow
 
 
 def main() -> None:

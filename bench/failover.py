@@ -50,9 +50,9 @@ sys.path.insert(1, str(ROOT))  # the mock cluster's host and the two-server help
 from pushjobs.api.client import ApiClient  # noqa: E402
 from pushjobs.config import LivenessSettings  # noqa: E402
 from pushjobs.errors import PushJobsError  # noqa: E402
-from pushjobs.sandbox import Sandbox  # noqa: E402
 from pushjobs.states import TERMINAL_JOB_STATES  # noqa: E402
-from server.settings import ServerSection  # noqa: E402
+from pushjobs.testbed.sandbox import Sandbox  # noqa: E402
+from server.shell.serverconfig import ServerSection  # noqa: E402
 from tests.e2e.standby import SECOND, api_of, kafka_log, start_second_server  # noqa: E402
 from tests.log.kafka_support import MockClusterHost  # noqa: E402
 

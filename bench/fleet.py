@@ -44,9 +44,9 @@ from pushjobs.api.client import ApiClient
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.signing import HmacVerifier
-from pushjobs.sandbox import Proc, Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
-from server.nodes import NodeTable
+from pushjobs.testbed.sandbox import Proc, Sandbox
+from server.core.nodetable import NodeTable
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
@@ -92,7 +92,7 @@ def pcts(values: list[float]) -> dict[str, float]:
 
 def baseline_us_per_heartbeat(count: int = 50_000) -> float:
     """The pure receive path per heartbeat: verify, decode, replay window, tracker."""
-    from agent.simnode import SimNode
+    from agent.simulator.simnode import SimNode
 
     key = secrets.token_bytes(32)
     nodes = [SimNode(i, f"sim-{i:05d}") for i in range(2000)]

@@ -40,14 +40,14 @@ from machine import describe  # bench/ is sys.path[0] when run as a script
 from keys import files
 from keys.fingerprint import key_id, self_key_id
 from keys.identity import b64, generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.api.client import ApiClient
 from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
-from pushjobs.sandbox import Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
+from pushjobs.testbed.sandbox import Sandbox
 
 TICKS = os.sysconf("SC_CLK_TCK")
 CONNECTIONS = {"enrolment-conns": 50, "enrolment-500": 500}

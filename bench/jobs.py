@@ -29,8 +29,8 @@ from typing import Any
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.api.client import ApiClient
-from pushjobs.sandbox import Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
+from pushjobs.testbed.sandbox import Sandbox
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -25,7 +25,7 @@ from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.fold import fold
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
 VALUE_BYTES = 200
 LOAD_BATCH = 10_000

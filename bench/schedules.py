@@ -2,7 +2,7 @@
 
     python bench/schedules.py [--schedules 100000] [--resume 10000] [--seconds 20]
 
-1. memory: ``--schedules`` cron schedules armed in the core (``server/firing.py``): RSS
+1. memory: ``--schedules`` cron schedules armed in the core (``server/core/schedfiring.py``): RSS
    growth and bytes per schedule, and the time to arm them;
 2. resume: a server gaining a partition of ``--resume`` schedules after a rebalance
    (``Scheduler.rebalance``): its lease taken, the partition read back from a SQLite log
@@ -37,16 +37,16 @@ from pushjobs.clock import SystemClock
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.liveness import LivenessTracker
-from server.firing import Firing
-from server.jobs import Jobs
-from server.leadership import Leadership
-from server.nodes import NodeTable
-from server.schedcatalog import Entry
-from server.schedlog import fire_key, fire_value, key_of
-from server.schedule import Schedule, Trigger
-from server.scheduler import Scheduler
-from server.settings import JobSettings
-from server.shards import topic_of
+from server.core.nodetable import NodeTable
+from server.core.schedfiring import Firing
+from server.core.schedshards import topic_of
+from server.core.schedule import Schedule, Trigger
+from server.shell.leaderjobs import Jobs
+from server.shell.leadership import Leadership
+from server.shell.schedcatalog import Entry
+from server.shell.schedlog import fire_key, fire_value, key_of
+from server.shell.scheduler import Scheduler
+from server.shell.serverconfig import JobSettings
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
 

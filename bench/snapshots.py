@@ -7,7 +7,7 @@ event per change to ``events``, into a real SQLite log in a temporary directory.
 
 Printed per chunk size: the time of the whole phase, the bytes of snapshot records and
 their count. The baseline in the same run is chunks of 500 nodes, the size before they
-shrank to ``server.snapshot.CHUNK_NODES`` (rows are cached in both; before that too was added,
+shrank to ``server.core.snapshot.CHUNK_NODES`` (rows are cached in both; before that too was added,
 500-node chunks cost more still).
 
     python bench/snapshots.py [--nodes 40000] [--flush 100,1000] [--chunks 500,100,25]
@@ -24,12 +24,12 @@ from pathlib import Path
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
 from pushjobs.log.base import TopicPolicy
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from pushjobs.protocol.messages import AckCommit
 from pushjobs.quorum import Quorum
-from server import records
-from server.coordinator import Change, Coordinator
-from server.snapshot import CHUNK_NODES
+from server.core import records
+from server.core.coordinator import Change, Coordinator
+from server.core.snapshot import CHUNK_NODES
 
 T0 = 1_700_000_000_000
 

@@ -32,7 +32,7 @@ from keys.identity import generate
 from pushjobs.api.client import ApiClient
 from pushjobs.cli.keyadmin import RemoteKeys
 from pushjobs.errors import ApiError
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 
 ENV = {"X": "a" * 60_000}
 UNBOUNDED = {

@@ -1,14 +1,14 @@
 """Key administration over a registry, as salt-key does it: names, globs, ``all``.
 
-Shared by the server (``pushjobs key`` through the API, ``server/keyadmin.py``) and the
+Shared by the server (``pushjobs key`` through the API, ``server/front/keymethods.py``) and the
 CLI's local mode (a registry file named with ``--registry``, or a server's log with
 ``--server-config``), so both expand patterns and report results the same way. A pattern
 with ``*``, ``?`` or ``[`` is a shell glob over the registered names; a glob that matches
 nothing is an error, never a silent success. Each name gets its own result (previous
 state, new state, or its error): one bad name does not stop the others.
 
-Killed at any line: every change is one atomic registry write (a locked file, ``keys.store``,
-or one append to the log, ``keys.logstore``).
+Killed at any line: every change is one atomic registry write (a locked file, ``keys.filestore``,
+or one append to the log, ``keys.topicstore``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from keys.entry import Entry
 from keys.identity import PublicIdentity
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.errors import KeyFileError, NotFound, PushJobsError
 
 GLOB_CHARS: Final = frozenset("*?[")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from keys.identity import Kind, PublicIdentity, b64, check_kind, unb64
-from keys.states import KeyState
+from keys.keystates import KeyState
 from pushjobs.errors import KeyFileError
 
 Role = Literal["admin", "writer", "reader"]

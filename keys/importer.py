@@ -24,8 +24,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from keys.logstore import changes
-from keys.store import RegistryFile
+from keys.filestore import RegistryFile
+from keys.topicstore import changes
 from pushjobs.errors import KeyFileError
 from pushjobs.log.base import OrderedLog
 

@@ -19,8 +19,8 @@ Each name has at most one main (not denied) entry; ``get``, ``accept``, ``reject
 ``set_role`` act on it, ``delete`` removes every entry of the name. A batch is all or
 nothing. Times come from ``now_ms`` when given, else from the registry's clock.
 
-Where the entries live is the store's business (``keys.storage``): a JSON file
-(``keys.store``, given a path) or the ordered log's ``keys`` topic (``keys.logstore``).
+Where the entries live is the store's business (``keys.registrystore``): a JSON file
+(``keys.filestore``, given a path) or the ordered log's ``keys`` topic (``keys.topicstore``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from keys.entry import ROLES, Entry, check_role
+from keys.filestore import RegistryFile
 from keys.identity import PublicIdentity, check_kind
-from keys.states import TRANSITIONS, Action, KeyState, transition
-from keys.storage import RegistryStore
-from keys.store import RegistryFile
+from keys.keystates import TRANSITIONS, Action, KeyState, transition
+from keys.registrystore import RegistryStore
 from pushjobs.clock import Clock, SystemClock
 from pushjobs.errors import KeyFileError, KeyStateError, UnknownIdentity
 

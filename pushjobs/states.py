@@ -1,6 +1,6 @@
 """The states of a job and of each of its nodes: the words the server, the CLI and the log share.
 
-The transitions between them are the server's (``server/transitions.py``); everyone else
+The transitions between them are the server's (``server/core/transitions.py``); everyone else
 only reads them: the CLI to render and to know when a job has ended, the pipeline to
 count outcomes.
 """

@@ -5,7 +5,7 @@ There is no "free port" helper on purpose: a number picked by binding port 0, cl
 binding it again later can be taken in between by any other socket (parallel workers
 share the machine). Bind ``tcp://127.0.0.1:*`` and read the port back
 (``pushjobs.transport.sockets.bound_endpoint``), or let the sandbox start the daemon and
-read its ready line (``pushjobs.sandbox``).
+read its ready line (``pushjobs.testbed.sandbox``).
 """
 
 from __future__ import annotations

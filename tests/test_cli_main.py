@@ -17,7 +17,7 @@ from pushjobs.errors import KeyFileError
 
 def pushjobs(*args: str, env_home: Path) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("pushjobs", path=os.path.dirname(sys.executable))
-    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.main"]
+    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.app"]
     env = {**os.environ, "PUSHJOBS_HOME": str(env_home)}
     return subprocess.run(
         [*argv, *args], check=False, capture_output=True, text=True, timeout=60, env=env

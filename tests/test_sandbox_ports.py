@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pushjobs.api.client import ApiClient
-from pushjobs.sandbox import Sandbox, SandboxError
+from pushjobs.testbed.sandbox import Sandbox, SandboxError
 from tests.support import wait_until
 
 

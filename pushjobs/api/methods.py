@@ -64,8 +64,8 @@ Methods, parameters (JSON object ``params``) and results (``result``):
 
     RESULT: {name, ok, previous, state} or {name, ok: false, error}
 
-    JOB  = the job snapshot of ``Job.snapshot()`` (server/snapshot.py) plus ``version`` (an int that
-           grows with every change of the job): job_id, command, state, quorum,
+    JOB  = the job snapshot of ``Job.snapshot()`` (server/core/snapshot.py) plus ``version``
+           (an int that grows with every change of the job): job_id, command, state, quorum,
            run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
            options {env, secret_env: {K: "<secret>"}, cwd, capture}: a secret's value is
            never returned, sealed or not; nodes {name: {state, exit_status, reason,

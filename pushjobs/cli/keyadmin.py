@@ -39,8 +39,8 @@ from typing import Any, Protocol
 from keys import admin
 from keys.identity import PublicIdentity, b64
 from keys.importer import import_once, refuse_imported
-from keys.logstore import LogStore
 from keys.registry import KeyRegistry
+from keys.topicstore import LogStore
 from pushjobs import paths
 from pushjobs.api.client import ApiClient
 from pushjobs.cli import userconfig

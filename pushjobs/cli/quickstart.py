@@ -20,7 +20,7 @@ from pushjobs.cli import jobview
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import handle_errors, print_json, table
 from pushjobs.errors import PushJobsError, Unreachable
-from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
+from pushjobs.testbed.sandbox import DEFAULT_WHITELIST, Sandbox
 
 
 def _say(quiet: bool, text: str) -> None:

@@ -74,7 +74,7 @@ def open_log(settings: LogSettings, *, clock: Clock | None = None) -> OrderedLog
         )
     if settings.backend == "kafka":
         return _open_kafka(settings, clock)
-    from pushjobs.log.sqlite import SqliteLog
+    from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
     return SqliteLog(
         settings.sqlite_path(),
@@ -91,7 +91,7 @@ def _open_kafka(settings: LogSettings, clock: Clock | None) -> OrderedLog:
     if importlib.util.find_spec("confluent_kafka") is None:
         raise MissingExtra("confluent-kafka", "kafka")
     try:
-        from pushjobs.log.kafka import KafkaLog
+        from pushjobs.log.kafka.kafka_log import KafkaLog
     except ImportError as exc:
         raise MissingExtra("confluent-kafka", "kafka") from exc
     return KafkaLog(

@@ -76,7 +76,7 @@ def _downtime(report: Report) -> Any:
 def _heatmap(report: Report) -> Any:
     if not report.downtime_by_day or report.since is None or report.until is None:
         return None
-    from pushjobs.pipeline.liveness import DAY_MS, day_name
+    from pushjobs.pipeline.uptime import DAY_MS, day_name
 
     first = report.since - report.since % DAY_MS
     days = [day_name(d) for d in range(first, report.until, DAY_MS)]

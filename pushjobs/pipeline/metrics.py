@@ -7,7 +7,7 @@ the last event counts). Events are taken in ``(ts, offset)`` order, whatever ord
 arrive in. ``events`` counts the usable events in the window; ``skipped`` the rows that
 cannot be used (no ``ts``, an unknown ``kind``, a ``node_state`` without job or node).
 
-Availability, flaps, outages and server downtime: see ``liveness.py``.
+Availability, flaps, outages and server downtime: see ``uptime.py``.
 
 Per command and node (``node_state`` events in the window): ``jobs`` = distinct jobs,
 then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``,
@@ -53,9 +53,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from pushjobs.pipeline import liveness
+from pushjobs.pipeline import uptime
 from pushjobs.pipeline.events import KINDS
-from pushjobs.pipeline.liveness import OFFLINE, ONLINE
+from pushjobs.pipeline.uptime import OFFLINE, ONLINE
 
 OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "nacked", "aborted", "skipped")
 ANSWERED = OUTCOMES[:-1]  # every outcome but skipped: the base of failure rates
@@ -84,7 +84,7 @@ class Report:
     downtime_by_day: list[dict[str, Any]] = field(default_factory=list)
     outcomes_by_day: list[dict[str, Any]] = field(default_factory=list)
     server_gaps: list[tuple[int, int]] = field(default_factory=list)
-    """Server downtime within the window, ``[start, end)`` (see ``liveness.py``)."""
+    """Server downtime within the window, ``[start, end)`` (see ``uptime.py``)."""
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
         return {
@@ -187,12 +187,12 @@ def compute(
     report.events = sum(1 for r in good if since <= r.ts < until)
     before = [r for r in good if r.ts < until]
     live = [(r.ts, r.offset, r.kind, r.node) for r in before if r.kind in (ONLINE, OFFLINE)]
-    again = liveness.reannouncements(live)
-    gaps = liveness.server_gaps([r.ts for r in before], again, server_gap_ms) if again else []
+    again = uptime.reannouncements(live)
+    gaps = uptime.server_gaps([r.ts for r in before], again, server_gap_ms) if again else []
     report.server_gaps = [
         (max(a, since), min(b, until)) for a, b in gaps if a < until and b > since
     ]
-    report.availability, report.downtime_by_day = liveness.availability(live, since, until, gaps)
+    report.availability, report.downtime_by_day = uptime.availability(live, since, until, gaps)
     report.outcomes, report.by_command = _outcomes(good, since, until)
     report.outcomes_by_day = _outcomes_by_day(good, since, until)
     samples, runs = _latencies(good, since, until)
@@ -353,6 +353,6 @@ def _outcomes_by_day(rows: list[Event], since: int, until: int) -> list[dict[str
             c[0] += 1
             c[1] += r.state in FAILURES
     return [
-        {"day": liveness.day_name(d), "command": cmd, "outcomes": n, "failures": f}
+        {"day": uptime.day_name(d), "command": cmd, "outcomes": n, "failures": f}
         for (d, cmd), (n, f) in sorted(counts.items())
     ]

@@ -47,7 +47,7 @@ class ReportSettings:
     """A node is judged slow at a command only from at least this many runs of it."""
     server_gap_s: float = 60.0
     """Silence longer than this, ended by a server announcing nodes again, is server
-    downtime: unknown, not node uptime (see pushjobs/pipeline/liveness.py)."""
+    downtime: unknown, not node uptime (see pushjobs/pipeline/uptime.py)."""
     spark: dict[str, str] = field(default_factory=dict)
     """Any other Spark setting, passed as is."""
 

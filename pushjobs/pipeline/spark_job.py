@@ -1,6 +1,6 @@
 """The fleet report on Spark: the figures of ``metrics.py``, computed where the data is.
 
-Every definition is the one ``metrics.py`` (and ``liveness.py``) documents; tests hold
+Every definition is the one ``metrics.py`` (and ``uptime.py``) documents; tests hold
 both to the same hand-computed answers. Only small results (one row per node, per
 command, per node and metric) come back to the driver.
 
@@ -245,7 +245,7 @@ def _outcomes(
     F: Any, states: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Outcomes per (command, node), per command and per (day, command): one aggregation."""
-    from pushjobs.pipeline.liveness import day_name
+    from pushjobs.pipeline.uptime import day_name
 
     state = F.col("state")
     rows = (

@@ -1,4 +1,4 @@
-"""Availability, flaps, outages and server gaps on Spark: the definitions of ``liveness.py``.
+"""Availability, flaps, outages and server gaps on Spark: the definitions of ``uptime.py``.
 
 Liveness events are few (a node's comings and goings, not its jobs), so they are cached
 once and every figure here is a small job over them; only the events near a
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pushjobs.pipeline import liveness
-from pushjobs.pipeline.liveness import DAY_MS, OFFLINE, ONLINE
+from pushjobs.pipeline import uptime
+from pushjobs.pipeline.uptime import DAY_MS, OFFLINE, ONLINE
 
 
 def server_gaps(F: Any, events: Any, live: Any, until: int, gap_ms: int) -> list[tuple[int, int]]:
@@ -18,7 +18,7 @@ def server_gaps(F: Any, events: Any, live: Any, until: int, gap_ms: int) -> list
     again = sorted(r["ts"] for r in live.where(F.col("again")).select("ts").collect())
     if not again:
         return []
-    ranges = liveness.near_reannouncements(again, gap_ms)
+    ranges = uptime.near_reannouncements(again, gap_ms)
     ts = F.col("ts")
     before = events.where(ts < until)
     near = F.lit(False)
@@ -29,7 +29,7 @@ def server_gaps(F: Any, events: Any, live: Any, until: int, gap_ms: int) -> list
         *[F.max(F.when(ts < lo, ts)).alias(f"b{i}") for i, (lo, _) in enumerate(ranges)]
     ).first()
     points += [lasts[f"b{i}"] for i in range(len(ranges)) if lasts[f"b{i}"] is not None]
-    return liveness.server_gaps(sorted(points), again, gap_ms)
+    return uptime.server_gaps(sorted(points), again, gap_ms)
 
 
 def marked(F: Any, events: Any, until: int) -> Any:
@@ -117,6 +117,6 @@ def _by_day(
         .collect()
     )
     return [
-        {"node": r["node"], "day": liveness.day_name(r["day"]), "offline_ms": int(r["ms"])}
+        {"node": r["node"], "day": uptime.day_name(r["day"]), "offline_ms": int(r["ms"])}
         for r in sorted(rows, key=lambda r: (r["node"], r["day"]))
     ]

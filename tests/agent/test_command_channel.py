@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import zmq
 
-from agent.config import AgentConfig
-from agent.daemon import Agent, now_ms
+from agent.agentconfig import AgentConfig
+from agent.agentd import Agent, now_ms
 from keys.fingerprint import key_id
 from keys.identity import PrivateIdentity, generate
 from pushjobs.config import load_config
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, HmacSigner
-from pushjobs.sandbox import Sandbox, free_port
+from pushjobs.testbed.sandbox import Sandbox, free_port
 from pushjobs.transport.sockets import CurveKeys, Transport, drain
 
 SESSION_KID = "sess-0001"

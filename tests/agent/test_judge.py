@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig
+from agent.agentconfig import AgentConfig
 from agent.envpolicy import EnvPolicy
 from agent.whitelist import parse
 from agent.whitelist_file import WhitelistFile, refusal

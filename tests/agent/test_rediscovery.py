@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from agent.config import DiscoverySection
+from agent.agentconfig import DiscoverySection
 from agent.rediscovery import DiscoverySchedule
 from pushjobs.clock import FakeClock
 from pushjobs.protocol import messages as m

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.simcontrol import Control, parse
+from agent.simulator.simcontrol import Control, parse
 
 
 def test_simulator_control_lines_parse_or_refuse() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.rediscovery import MAX_REDIRECTS, NOT_LEADING_BEATS
-from agent.simleader import SILENCE_WINDOWS, ServerChoice
+from agent.simulator.simleader import SILENCE_WINDOWS, ServerChoice
 
 A, B, C = "tcp://a:1", "tcp://b:1", "tcp://c:1"
 

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from agent.simnode import Behaviour, ExpireAt, FinishAt, Later, SimNode
+from agent.simulator.simnode import Behaviour, ExpireAt, FinishAt, Later, SimNode
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.framing import open_frames, seal
 from pushjobs.protocol.signing import HmacSigner, HmacVerifier
-from pushjobs.simkeys import SimKeys, node_name
+from pushjobs.testbed.simkeys import SimKeys, node_name
 
 KEY = bytes(range(32))
 T = 1_700_000_000_000

@@ -25,7 +25,7 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.messages import ApiReply, ApiRequest, ErrorBody
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, ed25519_verifier
-from pushjobs.sandbox import free_port
+from pushjobs.testbed.sandbox import free_port
 from pushjobs.transport.handshake import Event
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 

@@ -20,8 +20,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from pushjobs import errors
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import CODES, Exit, for_error, markdown_table
-from pushjobs.cli.main import app
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 runner = CliRunner()
@@ -38,7 +38,7 @@ COMMANDS = list(_commands(typer.main.get_command(app)))
 
 def pushjobs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("pushjobs", path=os.path.dirname(sys.executable))
-    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.main"]
+    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.app"]
     return subprocess.run(
         [*argv, *args],
         check=False,
@@ -135,7 +135,7 @@ def test_a_bad_server_endpoint_is_a_configuration_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("program", ["server.main", "agent.main"])
+@pytest.mark.parametrize("program", ["server", "agent"])
 def test_the_daemons_exit_with_the_clis_configuration_code(program: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", program, "--config", str(tmp_path / "missing.toml")],

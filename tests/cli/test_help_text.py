@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
-from pushjobs.cli.main import app
+from pushjobs.cli.app import app
 
 TABLE = re.compile(r"\[([a-z_.]+)\]")
 

@@ -20,8 +20,8 @@ from keys import files
 from keys.identity import generate
 from pushjobs.cli import jobview, render, userconfig
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.job import batch_params, job_params, show_jobs
-from pushjobs.cli.node import _show as show_nodes
+from pushjobs.cli.job_commands import batch_params, job_params, show_jobs
+from pushjobs.cli.node_commands import _show as show_nodes
 from pushjobs.cli.render import printable, reading_reply, table
 from pushjobs.errors import ApiError, ConfigError, NotFound
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from pushjobs.cli.job import job_env, read_env_file
+from pushjobs.cli.job_commands import job_env, read_env_file
 
 
 def test_plain_and_secret_env_go_to_their_own_params(tmp_path: Path) -> None:

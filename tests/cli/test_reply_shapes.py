@@ -20,8 +20,8 @@ from typer.testing import CliRunner, Result
 from keys import files
 from keys.identity import generate
 from pushjobs.cli import userconfig
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
 
 runner = CliRunner()
 SERVER = ("--server", "tcp://127.0.0.1:9")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pushjobs.cli.server import render_list
+from pushjobs.cli.server_commands import render_list
 
 ROWS: list[dict[str, Any]] = [
     {

@@ -3,7 +3,7 @@ and a reply from an older server (fewer figures) still rendered."""
 
 from __future__ import annotations
 
-from pushjobs.cli.server import duration, render
+from pushjobs.cli.server_commands import duration, render
 from tests.server.test_metrics import INFO
 
 
@@ -58,6 +58,6 @@ def test_durations_show_their_two_largest_units() -> None:
 
 
 def test_latencies_read_alike_whatever_their_size() -> None:
-    from pushjobs.cli.server import _ms
+    from pushjobs.cli.server_commands import _ms
 
     assert [_ms(v) for v in (0.7, 3.062, 42.4, None)] == ["0.7 ms", "3.1 ms", "42 ms", "-"]

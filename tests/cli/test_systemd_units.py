@@ -15,7 +15,7 @@ UNITS = ("pushjobs-server.service", "pushjobs-agent.service")
 
 def pushjobs(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("pushjobs", path=os.path.dirname(sys.executable))
-    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.main"]
+    argv = [exe] if exe else [sys.executable, "-m", "pushjobs.cli.app"]
     return subprocess.run([*argv, *args], check=False, capture_output=True, text=True, timeout=60)
 
 

@@ -1,6 +1,6 @@
 """End-to-end fixtures: a real server and real agents as processes on 127.0.0.1.
 
-Each fleet lives in its own temporary directory (``pushjobs.sandbox``); every process it
+Each fleet lives in its own temporary directory (``pushjobs.testbed.sandbox``); every process it
 starts is stopped by PID when the test ends, whatever happened.
 """
 
@@ -18,9 +18,9 @@ import pytest
 
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, Unreachable
-from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox
 from pushjobs.states import TERMINAL_JOB_STATES
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.sandbox import DEFAULT_WHITELIST, Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.readme_blocks import FLEET_WAITS, Walkthrough
 from tests.support import wait_until
 
@@ -126,7 +126,7 @@ def run_cli(config: Path, *args: str) -> tuple[int, str, str]:
     """Run ``pushjobs ARGS`` as its own process, as a user would, with the client config
     ``config``: its exit code, stdout and stderr."""
     done = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *args],
+        [sys.executable, "-m", "pushjobs.cli.app", *args],
         env={**os.environ, "PUSHJOBS_CONFIG": str(config)},
         capture_output=True,
         text=True,

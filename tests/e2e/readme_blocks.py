@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 
-from pushjobs.childproc import Proc, await_ready, spawn, stop_all
-from pushjobs.sandbox import free_port
+from pushjobs.testbed.childproc import Proc, await_ready, spawn, stop_all
+from pushjobs.testbed.sandbox import free_port
 from tests.support import wait_until
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -20,10 +20,10 @@ import sys
 import tomllib
 from pathlib import Path
 
-from pushjobs.childproc import Proc, await_ready, spawn
 from pushjobs.log.topics import names
-from pushjobs.sandbox import ANY_PORT, Sandbox, ready_fields
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.childproc import Proc, await_ready, spawn
+from pushjobs.testbed.sandbox import ANY_PORT, Sandbox, ready_fields
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.log.kafka_support import MockCluster
 
 SECOND = "server-b"
@@ -50,7 +50,7 @@ def start_second_server(sandbox: Sandbox, *, timeout_s: float = 20.0) -> Proc:
         binds = ("api_bind", "heartbeat_bind", "reply_bind")
         config["server"].update(dict.fromkeys(binds, ANY_PORT))
         path.write_text(toml_text(config))
-    argv = [sys.executable, "-m", "server.main", "--config", str(path)]
+    argv = [sys.executable, "-m", "server", "--config", str(path)]
     old = sandbox.procs.get(SECOND)
     if old is not None and old.popen.stdout is not None:
         old.popen.stdout.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST, Fleet
 from tests.support import wait_until
 from tests.tmpfs import fill, mounted, set_readonly

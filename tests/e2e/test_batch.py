@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
 from tests.e2e.conftest import WHITELIST, Fleet, make_fleet
 from tests.support import wait_until
 

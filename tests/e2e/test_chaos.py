@@ -1,6 +1,6 @@
 """Chaos, bounded: jobs of every kind while the server and agents are killed and paused.
 
-A few seeded rounds per seed (``pushjobs/chaos.py`` says what each round does and which
+A few seeded rounds per seed (``pushjobs/testbed/chaos.py`` says what each round does and which
 invariants it checks). ``PUSHJOBS_CHAOS_SEED=N`` replays one schedule; ``bench/chaos.py``
 runs the same for as long as you like.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.chaos import Chaos
+from pushjobs.testbed.chaos import Chaos
 from tests.support import wait_until
 
 SEEDS = [int(os.environ["PUSHJOBS_CHAOS_SEED"])] if "PUSHJOBS_CHAOS_SEED" in os.environ else [1, 2]

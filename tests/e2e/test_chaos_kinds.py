@@ -1,6 +1,6 @@
 """Chaos for rolling batches and schedules, bounded: the nodes' own count of a window, and
-two rounds on a real fleet (``pushjobs/chaosbatch.py`` and ``pushjobs/chaossched.py`` say
-what each checks). ``bench/chaos.py --kinds batch,scheduled`` runs them for longer.
+two rounds on a real fleet (``pushjobs/testbed/chaos.py`` says what each checks).
+``bench/chaos.py --kinds batch,scheduled`` runs them for longer.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.chaos import Chaos
-from pushjobs.chaosbatch import peak_in_flight, window_of
-from pushjobs.chaosplan import Narrow
+from pushjobs.testbed.chaos import Chaos
+from pushjobs.testbed.chaosbatch import peak_in_flight, window_of
+from pushjobs.testbed.chaosplan import Narrow
 
 S = 1_000_000_000  # nanoseconds
 

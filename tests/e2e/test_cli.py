@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
 from tests.e2e.conftest import Fleet, impatient_client_config
 
 runner = CliRunner()
@@ -134,7 +134,7 @@ def test_quickstart_runs_a_real_job_and_leaves_nothing_behind(tmp_path: Path) ->
     work = tmp_path / "qs"
     env = {**os.environ, "PUSHJOBS_HOME": str(tmp_path / "home")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", "quickstart", "--dir", str(work), "--json"],
+        [sys.executable, "-m", "pushjobs.cli.app", "quickstart", "--dir", str(work), "--json"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,8 +18,8 @@ import pytest
 
 from pushjobs import __version__, paths
 from pushjobs.api.client import ApiClient
-from pushjobs.childproc import await_ready, spawn, stop_all
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.childproc import await_ready, spawn, stop_all
+from pushjobs.testbed.sandbox import Sandbox
 from tests.support import wait_until
 
 ISO_WITH_OFFSET = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
@@ -44,7 +44,7 @@ def _serving(sandbox: Sandbox) -> bool:
         return bool(client.call("server.info")["server_id"] == "server")
 
 
-@pytest.mark.parametrize("program", ["server.main", "agent.main"])
+@pytest.mark.parametrize("program", ["server", "agent"])
 def test_version(program: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", program, "--version"],
@@ -54,7 +54,7 @@ def test_version(program: str) -> None:
         timeout=60,
     )
     assert result.returncode == 0
-    name = "pushjobs-server" if program == "server.main" else "pushjobs-agent"
+    name = "pushjobs-server" if program == "server" else "pushjobs-agent"
     assert result.stdout.strip() == f"{name} {__version__}"
 
 
@@ -133,8 +133,8 @@ def test_the_daemons_read_their_config_from_the_config_dir_by_default(
     procs = []
     try:
         for name, module, marker in (
-            ("server", "server.main", "pushjobs-server"),
-            ("node-1", "agent.main", "pushjobs-agent"),
+            ("server", "server", "pushjobs-server"),
+            ("node-1", "agent", "pushjobs-agent"),
         ):
             log_path = sandbox.root / "logs" / f"{name}-etc.log"
             proc = spawn(name, [sys.executable, "-m", module], log_path, env=env, cwd=sandbox.root)
@@ -150,7 +150,7 @@ def test_the_daemons_read_their_config_from_the_config_dir_by_default(
 
 
 def test_a_root_agent_keeps_its_state_under_var_lib(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.config import AgentSection
+    from agent.agentconfig import AgentSection
 
     monkeypatch.delenv("PUSHJOBS_HOME", raising=False)
     monkeypatch.setattr(paths.os, "geteuid", lambda: 0)

@@ -16,7 +16,7 @@ import pytest
 from keys import files
 from keys.identity import generate
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.sandbox import free_port
+from pushjobs.testbed.sandbox import free_port
 from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 
@@ -54,7 +54,7 @@ def test_the_cli_says_the_server_refused_its_key_at_once(one_node: Fleet, tmp_pa
     config = tmp_path / "client.toml"
     config.write_text(sandbox.client_config_path.read_text().replace(good, str(wrong)))
     started = time.monotonic()
-    result = run("-m", "pushjobs.cli.main", "node", "list", "--config", str(config))
+    result = run("-m", "pushjobs.cli.app", "node", "list", "--config", str(config))
     took_s = time.monotonic() - started
     assert result.returncode == Exit.CONFIG, result.stderr
     assert f"{REFUSED}: is client.server_key the server's key ({wrong})?" in result.stderr
@@ -68,7 +68,7 @@ def test_a_server_that_is_down_is_still_no_answer(tmp_path: Path, one_node: Flee
     dead = f"tcp://127.0.0.1:{free_port()}"
     text = sandbox.client_config_path.read_text().replace(sandbox.api, dead)
     config.write_text(text.replace("timeout_s = 10.0", "timeout_s = 1.0"))
-    result = run("-m", "pushjobs.cli.main", "node", "list", "--config", str(config))
+    result = run("-m", "pushjobs.cli.app", "node", "list", "--config", str(config))
     assert result.returncode == Exit.UNREACHABLE, result.stderr
     assert "no answer" in result.stderr and REFUSED not in result.stderr
 
@@ -94,7 +94,7 @@ def test_an_agent_with_the_wrong_server_key_says_so_once(one_node: Fleet, tmp_pa
 
 
 def agent(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run("-m", "agent.main", "--config", str(config), env=env)
+    return run("-m", "agent", "--config", str(config), env=env)
 
 
 BAD_REGEX = '[commands]\nuptime = "uptime"\n"restart-(?P<svc>[a-z-]+" = "systemctl restart {svc}"\n'
@@ -131,7 +131,7 @@ def test_an_agent_with_no_configuration_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUSHJOBS_")}
     env["PUSHJOBS_CONFIG_DIR"] = str(tmp_path)
     env["PUSHJOBS_HOME"] = str(tmp_path / "home")
-    result = run("-m", "agent.main", env=env)
+    result = run("-m", "agent", env=env)
     assert result.returncode == Exit.CONFIG, result.stderr
     assert "no agent configuration" in result.stderr
     assert str(tmp_path / "agent.toml") in result.stderr
@@ -158,7 +158,7 @@ def test_the_server_logs_refused_handshakes_at_a_bounded_rate(tmp_path: Path) ->
         config = tmp_path / "client.toml"
         config.write_text(sandbox.client_config_path.read_text().replace(good, str(wrong)))
         for _ in range(3):
-            run("-m", "pushjobs.cli.main", "node", "list", "--config", str(config))
+            run("-m", "pushjobs.cli.app", "node", "list", "--config", str(config))
         lines = [
             line
             for line in (sandbox.root / "logs" / "server.log").read_text().splitlines()

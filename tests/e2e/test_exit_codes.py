@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
 from tests.e2e.conftest import Fleet
 
 runner = CliRunner()

@@ -23,13 +23,13 @@ from zmq.utils.monitor import recv_monitor_message
 
 from keys.fingerprint import key_id, self_key_id
 from keys.identity import PrivateIdentity, b64, generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.protocol.messages import ApiRequest, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport
-from server.settings import ServerSection
+from server.shell.serverconfig import ServerSection
 from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 

@@ -21,7 +21,7 @@ import pytest
 
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.errors import ApiError
-from pushjobs.sandbox import DEFAULT_WHITELIST, Sandbox, toml_text
+from pushjobs.testbed.sandbox import DEFAULT_WHITELIST, Sandbox, toml_text
 from tests.e2e.conftest import Fleet, run_cli
 
 WHITELIST = {

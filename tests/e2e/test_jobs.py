@@ -7,8 +7,8 @@ import os
 import pytest
 
 from keys.identity import generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.errors import ApiError, NotFound
 from tests.e2e.conftest import Fleet
 from tests.support import wait_until

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from keys import files
 from keys.identity import generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 

@@ -23,8 +23,8 @@ import pytest
 from keys.identity import b64, generate
 from keys.importer import imported_path
 from pushjobs.api.client import ApiClient
-from pushjobs.sandbox import ANY_PORT, Sandbox
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.sandbox import ANY_PORT, Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e import standby as two
 from tests.e2e.conftest import WHITELIST
 from tests.log import kafka_support

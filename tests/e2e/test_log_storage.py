@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.childproc import await_ready, spawn
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.childproc import await_ready, spawn
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.conftest import Fleet, impatient_client_config, make_fleet
 from tests.support import wait_until
 from tests.tmpfs import fill, mounted, set_readonly
@@ -43,7 +43,7 @@ def pushjobs(
     """The CLI on ``sandbox``, with the client config ``config`` if given."""
     env = sandbox.env() if config is None else {**sandbox.env(), "PUSHJOBS_CONFIG": str(config)}
     return subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *args],
+        [sys.executable, "-m", "pushjobs.cli.app", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -54,7 +54,7 @@ def pushjobs(
 
 def restart_server(sandbox: Sandbox) -> None:
     """Start the server without waiting for its ready line (it may not come yet)."""
-    argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+    argv = [sys.executable, "-m", "server", "--config", str(sandbox.server_config_path)]
     old = sandbox.procs.pop("server")
     old.kill()
     sandbox.procs["server"] = spawn(
@@ -138,7 +138,7 @@ def test_a_read_only_log_directory_is_one_line_and_a_wait(tmp_path: Path, log_di
     ).prepare()
     try:
         set_readonly(log_dir, True)
-        argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+        argv = [sys.executable, "-m", "server", "--config", str(sandbox.server_config_path)]
         server = spawn(
             "server",
             argv,
@@ -168,7 +168,7 @@ def test_sigterm_while_waiting_for_the_log_is_a_clean_stop(tmp_path: Path, log_d
     ).prepare()
     try:
         set_readonly(log_dir, True)
-        argv = [sys.executable, "-m", "server.main", "--config", str(sandbox.server_config_path)]
+        argv = [sys.executable, "-m", "server", "--config", str(sandbox.server_config_path)]
         server = spawn(
             "server",
             argv,

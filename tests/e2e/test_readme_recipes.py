@@ -20,8 +20,8 @@ import urllib.request
 from functools import partial
 from pathlib import Path
 
-from pushjobs.childproc import Proc, spawn, stop_all
-from pushjobs.sandbox import ready_fields
+from pushjobs.testbed.childproc import Proc, spawn, stop_all
+from pushjobs.testbed.sandbox import ready_fields
 from tests.e2e.readme_blocks import (
     FLEET,
     README,

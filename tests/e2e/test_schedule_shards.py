@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from pushjobs.api.client import ApiClient
-from pushjobs.childproc import Proc, await_ready, spawn
 from pushjobs.errors import ApiError, Unreachable
 from pushjobs.log.topics import names
-from pushjobs.sandbox import ANY_PORT, Sandbox, ready_fields
-from pushjobs.tomlwrite import toml_text
-from server.schedule import fire_job_id
-from server.shards import DEFAULT_PARTITIONS, count_topic, partition_topics
+from pushjobs.testbed.childproc import Proc, await_ready, spawn
+from pushjobs.testbed.sandbox import ANY_PORT, Sandbox, ready_fields
+from pushjobs.testbed.tomlwrite import toml_text
+from server.core.schedshards import DEFAULT_PARTITIONS, count_topic, partition_topics
+from server.core.schedule import fire_job_id
 from tests.e2e.conftest import TERMINAL, WHITELIST
 from tests.e2e.standby import api_of, kafka_log, start_second_server
 from tests.log.kafka_support import HostError, MockClusterHost, available
@@ -49,7 +49,7 @@ def start_third_server(sandbox: Sandbox, timeout_s: float = 20.0) -> Proc:
     config["server"].update(dict.fromkeys(("api_bind", "heartbeat_bind", "reply_bind"), ANY_PORT))
     config["server"]["metrics_bind"] = ""
     path.write_text(toml_text(config))
-    argv = [sys.executable, "-m", "server.main", "--config", str(path)]
+    argv = [sys.executable, "-m", "server", "--config", str(path)]
     proc = spawn(
         THIRD, argv, sandbox.root / "logs" / f"{THIRD}.log", env=sandbox.env(), cwd=sandbox.root
     )

@@ -19,8 +19,8 @@ import pytest
 
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import names
-from server.schedlog import key_of
-from server.shards import DEFAULT_PARTITIONS, topic_of
+from server.core.schedshards import DEFAULT_PARTITIONS, topic_of
+from server.shell.schedlog import key_of
 from tests.e2e.conftest import Fleet, run_cli
 from tests.support import wait_until
 

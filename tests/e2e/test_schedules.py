@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
-from server.schedule import fire_job_id
+from server.core.schedule import fire_job_id
 from tests.e2e.conftest import TERMINAL, Fleet
 from tests.support import wait_until
 

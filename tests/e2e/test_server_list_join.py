@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST, Fleet
 from tests.e2e.standby import api_of, start_second_server
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from keys.identity import generate
 from keys.registry import KeyRegistry
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.sandbox import ready_fields
+from pushjobs.testbed.sandbox import ready_fields
 from pushjobs.transport.sockets import CurveKeys, Transport
 from tests.e2e.conftest import Fleet, impatient_client_config, make_fleet
 from tests.support import wait_until
@@ -64,7 +64,7 @@ def _send_garbage(fleet: Fleet) -> None:
 
 def pushjobs(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *args],
+        [sys.executable, "-m", "pushjobs.cli.app", *args],
         env=fleet.sandbox.env(),
         capture_output=True,
         text=True,
@@ -156,7 +156,7 @@ def test_server_status_against_no_server_is_one_line_and_exit_6(
 ) -> None:
     config = impatient_client_config(fleet, tmp_path / "client.toml")
     done = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", *STATUS_OF_NO_SERVER],
+        [sys.executable, "-m", "pushjobs.cli.app", *STATUS_OF_NO_SERVER],
         env={**fleet.sandbox.env(), "PUSHJOBS_CONFIG": str(config)},
         capture_output=True,
         text=True,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.api.client import ApiClient
-from pushjobs.childproc import await_ready, spawn
-from pushjobs.simkeys import SimKeys
+from pushjobs.testbed.childproc import await_ready, spawn
+from pushjobs.testbed.simkeys import SimKeys
 from tests.e2e.conftest import make_fleet
 from tests.e2e.standby import api_of, start_second_server
 from tests.support import wait_until
@@ -71,7 +71,7 @@ def test_a_simulator_moves_to_the_new_leader_when_its_leader_dies(tmp_path: Path
         KeyRegistry(sandbox.registry_path).add_many(
             SimKeys().publics(0, 3), state=KeyState.ACCEPTED
         )
-        argv = [sys.executable, "-m", "pushjobs.cli.main", "simulate", "run"]
+        argv = [sys.executable, "-m", "pushjobs.cli.app", "simulate", "run"]
         argv += ["--api", sandbox.api, "--api", standby, "--nodes", "3"]
         argv += ["--server-key", str(sandbox.keys_dir / "server.pub")]
         sim = sandbox.procs["sim"] = spawn(
@@ -179,7 +179,7 @@ def test_enroll_command_is_idempotent(tmp_path: Path) -> None:
     def enroll(*extra: str) -> dict:
         out = subprocess.run(
             [
-                *(sys.executable, "-m", "pushjobs.cli.main", "simulate", "enroll"),
+                *(sys.executable, "-m", "pushjobs.cli.app", "simulate", "enroll"),
                 *("--nodes", "4", "--registry", str(registry), "--json", *extra),
             ],
             capture_output=True,

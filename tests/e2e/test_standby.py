@@ -23,11 +23,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pushjobs.api.client import ApiClient
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.main import app
 from pushjobs.errors import ApiError
-from pushjobs.sandbox import Sandbox
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.sandbox import Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import WHITELIST, Fleet
 from tests.e2e.standby import SECOND, api_of, start_second_server
 from tests.support import wait_until
@@ -280,7 +280,7 @@ def test_the_cli_follows_a_job_through_the_leaders_death(leader_first: Pair) -> 
     follows the job on the new leader and exits 0 (it used to end "no job" or exit 6)."""
     pair = leader_first
     config = client_config(pair, [pair.sandbox.api, pair.standby_api])
-    argv = [sys.executable, "-m", "pushjobs.cli.main", "job", "start", "count-slowly", "node-*"]
+    argv = [sys.executable, "-m", "pushjobs.cli.app", "job", "start", "count-slowly", "node-*"]
     env = {**pair.sandbox.env(), "PUSHJOBS_CONFIG": str(config)}
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pushjobs.errors import PushJobsError
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST
 from tests.e2e.standby import SECOND, api_of, kafka_log, start_second_server
 from tests.e2e.test_standby import Pair

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pushjobs.api.client import ApiClient
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.conftest import WHITELIST, Fleet
 from tests.e2e.standby import api_of, start_second_server
 from tests.support import wait_until

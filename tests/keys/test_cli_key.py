@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from keys.identity import generate
 from keys.registry import KeyRegistry
-from pushjobs.cli.key import app
+from pushjobs.cli.key_commands import app
 
 runner = CliRunner()
 
@@ -257,7 +257,7 @@ def test_help_has_an_example(command):
 
 def test_through_the_real_entry_point(env):
     result = subprocess.run(
-        [sys.executable, "-m", "pushjobs.cli.main", "key", "gen", "n1", "--json"],
+        [sys.executable, "-m", "pushjobs.cli.app", "key", "gen", "n1", "--json"],
         check=False,
         capture_output=True,
         text=True,

@@ -10,12 +10,12 @@ import pytest
 
 from keys.identity import generate
 from keys.importer import import_once, imported_path, refuse_imported
-from keys.logstore import LogStore
 from keys.registry import KeyRegistry, KeyState
+from keys.topicstore import LogStore
 from pushjobs.clock import FakeClock
 from pushjobs.errors import KeyFileError
 from pushjobs.log import topics
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
 TOPIC = topics.names().keys
 

@@ -13,13 +13,13 @@ import pytest
 
 from keys.entry import Entry
 from keys.identity import generate
-from keys.logstore import KeyFold, LogStore, changes, decode, encode
 from keys.registry import KeyRegistry, KeyState
+from keys.topicstore import KeyFold, LogStore, changes, decode, encode
 from pushjobs.clock import FakeClock
 from pushjobs.errors import KeyFileError
 from pushjobs.log import topics
 from pushjobs.log.base import OrderedLog, Record
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
 NOW = 1_700_000_000_000
 TOPIC = topics.names().keys

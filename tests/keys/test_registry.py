@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from keys import atomic
+from keys.filestore import FORMAT
 from keys.identity import generate
 from keys.registry import KeyRegistry, KeyState
-from keys.store import FORMAT
 from pushjobs.clock import FakeClock
 from pushjobs.errors import KeyFileError, KeyStateError, UnknownIdentity
 

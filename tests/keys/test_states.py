@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from keys.identity import generate
+from keys.keystates import TRANSITIONS, Action, KeyState, transition
 from keys.registry import KeyRegistry
-from keys.states import TRANSITIONS, Action, KeyState, transition
 from pushjobs.errors import KeyStateError
 
 NOW = 1_700_000_000_000

@@ -34,7 +34,7 @@ import pytest
 from pushjobs.clock import FakeClock
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.memory import MemoryLog, MemoryStore
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from tests.log.children import Child
 
 BACKENDS = ["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)]

@@ -42,7 +42,7 @@ from typing import Any
 
 from pushjobs.clock import Clock
 from pushjobs.log.base import DEFAULT_MAX_VALUE_BYTES
-from pushjobs.log.kafka import KafkaLog, KafkaTimeouts
+from pushjobs.log.kafka.kafka_log import KafkaLog, KafkaTimeouts
 
 MOCK_CLUSTER_PY = Path(__file__).with_name("mock_cluster.py")
 DEFAULT_SESSION_TIMEOUT_MS = 6000

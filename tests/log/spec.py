@@ -10,7 +10,7 @@ from pushjobs.log.base import OrderedLog
 def open_from_spec(spec: Mapping[str, str]) -> OrderedLog:
     backend = spec["backend"]
     if backend == "sqlite":
-        from pushjobs.log.sqlite import SqliteLog
+        from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
         return SqliteLog(spec["path"])
     if backend == "kafka":

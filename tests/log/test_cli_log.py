@@ -10,9 +10,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from pushjobs.cli.log import app
+from pushjobs.cli.log_commands import app
 from pushjobs.log import topics
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
 runner = CliRunner()
 
@@ -160,7 +160,7 @@ def test_help_has_examples():
 def test_tail_follow_prints_new_records_until_interrupted(path, children):
     tail = children(
         "-c",
-        "from pushjobs.cli.main import main; main()",
+        "from pushjobs.cli.app import main; main()",
         "log",
         "tail",
         "events",

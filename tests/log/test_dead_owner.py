@@ -14,13 +14,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from pushjobs.log.topics import TopicPolicy
 
 CHILD = textwrap.dedent(
     """
     import os, socket, sys
-    from pushjobs.log.sqlite import SqliteLog
+    from pushjobs.log.sqlite.sqlite_log import SqliteLog
     log = SqliteLog(sys.argv[1])
     member = log.member("g", "t", f"child@{socket.gethostname()}/{os.getpid()}",
                         session_timeout_s=600)

@@ -17,7 +17,7 @@ import pytest
 from pushjobs.clock import SystemClock
 from pushjobs.errors import FencedError, LogError, UnknownTopic
 from pushjobs.log.base import Fence, TopicPolicy, share_fence_group
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from tests.log.children import spec_arg
 from tests.support import wait_until
 

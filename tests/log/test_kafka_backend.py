@@ -31,7 +31,7 @@ from pushjobs.errors import (
     UnknownTopic,
 )
 from pushjobs.log.base import Fence, TopicPolicy
-from pushjobs.log.kafka import KafkaLog, KafkaTimeouts, topic_config
+from pushjobs.log.kafka.kafka_log import KafkaLog, KafkaTimeouts, topic_config
 from tests.log import kafka_support
 from tests.log.conftest import KAFKA_SESSION_MS as SESSION_MS
 from tests.support import wait_until
@@ -95,7 +95,7 @@ def test_append_read_and_offsets(klog):
 
 
 def test_created_topics_are_single_partition_and_registered(cluster, klog, caplog):
-    caplog.set_level(logging.WARNING, logger="pushjobs.log.kafka")
+    caplog.set_level(logging.WARNING, logger="pushjobs.log.kafka.kafka_log")
     klog.create_topic("control", TopicPolicy(compacted=True, retention_ms=60_000))
     assert "cannot be set there" in caplog.text  # the mock refuses CreateTopics
     assert klog._reader.partitions("control") == [0]
@@ -280,7 +280,7 @@ def test_kafka_module_imports_without_confluent_kafka():
     script = (
         "import sys\n"
         "sys.modules['confluent_kafka'] = None\n"
-        "import pushjobs.log.kafka, pushjobs.log.kafka_member\n"
+        "import pushjobs.log.kafka.kafka_log, pushjobs.log.kafka.kafka_member\n"
         "assert 'confluent_kafka' not in sys.modules or sys.modules['confluent_kafka'] is None\n"
         "print('ok')\n"
     )

@@ -1,4 +1,4 @@
-"""The Kafka log's verdict on whether the cluster answers (``pushjobs.log.kafka_reach``):
+"""The Kafka log's verdict on whether the cluster answers (``pushjobs.log.kafka.kafka_reach``):
 pure, on a fake clock and a scripted probe."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from pushjobs.clock import FakeClock
 from pushjobs.errors import BackendUnavailable
-from pushjobs.log.kafka_reach import Reachability
+from pushjobs.log.kafka.kafka_reach import Reachability
 
 
 class Probe:

@@ -13,8 +13,8 @@ import pytest
 from pushjobs.clock import FakeClock
 from pushjobs.errors import BackendUnavailable, LogCorrupt, LogError
 from pushjobs.log.base import TopicPolicy
-from pushjobs.log.sqlite import SqliteLog
-from pushjobs.log.sqlite_file import APPLICATION_ID
+from pushjobs.log.sqlite.sqlite_file import APPLICATION_ID
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from tests.log.children import spec_arg
 
 

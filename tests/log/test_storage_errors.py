@@ -12,8 +12,8 @@ import pytest
 
 from pushjobs.errors import BackendUnavailable
 from pushjobs.log.base import TopicPolicy
-from pushjobs.log.sqlite import SqliteLog
-from pushjobs.log.sqlite_file import translate
+from pushjobs.log.sqlite.sqlite_file import translate
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from tests.tmpfs import fill, mounted, set_readonly
 
 

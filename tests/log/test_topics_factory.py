@@ -12,7 +12,7 @@ from pushjobs.log import topics
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.memory import MemoryLog
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
 
 def test_standard_names_carry_the_prefix():

@@ -102,7 +102,7 @@ def test_archives_by_date_once_and_incrementally(tmp_path):
 
 def archive_cmd(db: Path, out: Path, **env: str) -> subprocess.Popen[bytes]:
     full = {**os.environ, "PUSHJOBS_ARCHIVE__BATCH": "200", **env}
-    argv = [sys.executable, "-m", "pushjobs.cli.main", "archive"]
+    argv = [sys.executable, "-m", "pushjobs.cli.app", "archive"]
     argv += ["--log", str(db), "--out", str(out), "--json", "-q"]
     return subprocess.Popen(argv, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -153,7 +153,7 @@ def test_a_new_directory_for_a_group_that_archived_elsewhere_is_refused(tmp_path
     assert b"has already archived the events topic up to offset 300 elsewhere" in stderr
     assert b"--group" in stderr and b"Traceback" not in stderr
     assert not list((tmp_path / "b").rglob("*.parquet"))
-    argv = [sys.executable, "-m", "pushjobs.cli.main", "archive", "--log", str(db)]
+    argv = [sys.executable, "-m", "pushjobs.cli.app", "archive", "--log", str(db)]
     again = subprocess.run(
         [*argv, "--out", str(tmp_path / "b"), "--group", "second", "--json", "-q"],
         capture_output=True,
@@ -182,7 +182,7 @@ def test_rejected_records_move_out_of_the_readers_way(tmp_path):
 def test_the_summary_names_the_offsets_as_the_files_do(tmp_path):
     db, out = tmp_path / "log.db", tmp_path / "archive"
     make_log(db, 10)
-    argv = [sys.executable, "-m", "pushjobs.cli.main", "archive", "--log", str(db), "-q"]
+    argv = [sys.executable, "-m", "pushjobs.cli.app", "archive", "--log", str(db), "-q"]
     first = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, check=True)
     (written,) = [p.name for p in out.glob("date=*/*.parquet")]
     assert written == "events-00000000000000000000-00000000000000000009.parquet"

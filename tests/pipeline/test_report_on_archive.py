@@ -12,7 +12,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 from pyspark.sql import functions as F
 from typer.testing import CliRunner
 
-from pushjobs.cli.main import app
+from pushjobs.cli.app import app
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.pipeline import demo, metrics, spark_job

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from keys.identity import PublicIdentity, generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.errors import KeyFileError
-from server.admission import FLUSH_EVERY_S, Admission, Refused
+from server.front.admission import FLUSH_EVERY_S, Admission, Refused
 
 
 def key(name: str) -> PublicIdentity:

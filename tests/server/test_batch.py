@@ -1,4 +1,4 @@
-"""The batch window's arithmetic (server/batch.py), on a fake clock: pure, no job, no I/O."""
+"""The batch window's arithmetic (server/core/batch.py), on a fake clock: pure, no job, no I/O."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from pushjobs.quorum import Share
 from pushjobs.states import NodeState
-from server.batch import NODE_RESTARTED, BatchSpec, Window, next_start_ms, plan
+from server.core.batch import NODE_RESTARTED, BatchSpec, Window, next_start_ms, plan
 
 T0 = 1_700_000_000_000
 

@@ -10,10 +10,10 @@ import json
 
 from pushjobs.quorum import Share
 from pushjobs.states import NodeState
-from server.batch import BatchSpec
-from server.coordinator import Coordinator
-from server.effects import Send
-from server.job import Job
+from server.core.batch import BatchSpec
+from server.core.coordinator import Coordinator
+from server.core.effects import Send
+from server.core.job import Job
 
 T0 = 1_700_000_000_000
 RUN_MS = 3_600_000

@@ -11,9 +11,9 @@ from pushjobs.protocol.framing import Limits, open_frames
 from pushjobs.protocol.messages import Commit
 from pushjobs.protocol.signing import HmacSigner, HmacVerifier
 from pushjobs.states import NodeState
-from server.commands import TOO_LARGE
-from server.effects import Send
-from server.job import Job
+from server.core.effects import Send
+from server.core.job import Job
+from server.shell.commands import TOO_LARGE
 from tests.server.test_commands import SECRET, T0, SentCommands, known_nodes, sender_for
 
 

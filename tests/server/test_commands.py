@@ -9,10 +9,10 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Abort, Commit, Run
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner, HmacVerifier, Signer
-from server.commands import RESEND_AFTER_MS, CommandSender
-from server.effects import Send
-from server.job import Job
-from server.nodes import NodeTable
+from server.core.effects import Send
+from server.core.job import Job
+from server.core.nodetable import NodeTable
+from server.shell.commands import RESEND_AFTER_MS, CommandSender
 
 T0 = 1_700_000_000_000
 SECRET = b"k" * 32

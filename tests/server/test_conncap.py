@@ -10,14 +10,14 @@ import pytest
 import zmq
 
 from keys.identity import generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.transport.handshake import parse
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
-from server.channels import Channels
-from server.conncap import ADMIT, BUSY, ConnectionCaps, source_of
-from server.handshakes import Handshakes
-from server.settings import ServerSection
+from server.shell.channels import Channels
+from server.shell.conncap import ADMIT, BUSY, ConnectionCaps, source_of
+from server.shell.handshakes import Handshakes
+from server.shell.serverconfig import ServerSection
 from tests.support import curve_keys, wait_until
 
 ANY_PORT = "tcp://127.0.0.1:*"

@@ -17,8 +17,8 @@ from pushjobs.protocol.messages import (
     Succeeded,
 )
 from pushjobs.quorum import Quorum
-from server.coordinator import Coordinator, JobCreated, OutputReceived, changed_jobs
-from server.effects import JobChanged, NodeChanged, Send
+from server.core.coordinator import Coordinator, JobCreated, OutputReceived, changed_jobs
+from server.core.effects import JobChanged, NodeChanged, Send
 
 T0 = 1_700_000_000_000
 

@@ -9,9 +9,9 @@ import pytest
 
 from pushjobs.clock import FakeClock
 from pushjobs.config import load_config
-from pushjobs.sandbox import Sandbox
-from server.daemon import Server
-from server.settings import ServerConfig
+from pushjobs.testbed.sandbox import Sandbox
+from server.serverd import Server
+from server.shell.serverconfig import ServerConfig
 
 
 @pytest.fixture

@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 
 from keys.identity import PrivateIdentity, b64, generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.protocol.codec import decode
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner
-from server.enrolment import Enrolment, node_key_accepted
-from server.nodes import NodeTable
-from server.sessions import SessionKeys
-from server.settings import ServerConfig, ServerSection
+from server.core.nodetable import NodeTable
+from server.front.enrolment import Enrolment, node_key_accepted
+from server.front.sessions import SessionKeys
+from server.shell.serverconfig import ServerConfig, ServerSection
 
 T0 = 1_700_000_000_000
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from keys.identity import generate
-from keys.states import KeyState
+from keys.keystates import KeyState
 from pushjobs.clock import FakeClock
 from tests.server.test_enrolment import Setup
 from tests.server.test_membership import SESSION_S, two

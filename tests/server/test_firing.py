@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pushjobs.clock import FakeClock
-from server.dueheap import DueHeap
-from server.firing import Fire, Firing, Skip
-from server.schedule import CatchUp, Overlap, Schedule, Trigger, fire_job_id
+from server.core.scheddues import DueHeap
+from server.core.schedfiring import Fire, Firing, Skip
+from server.core.schedule import CatchUp, Overlap, Schedule, Trigger, fire_job_id
 
 T0 = 1_800_000_000_000  # a whole minute
 

@@ -17,10 +17,10 @@ from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.protocol.messages import AckCommit
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState
-from server.effects import JobChanged, Send
-from server.job import Job
-from server.jobparams import JobRequest
-from server.records import job_events, recordable
+from server.core.effects import JobChanged, Send
+from server.core.job import Job
+from server.core.jobparams import JobRequest
+from server.core.records import job_events, recordable
 from tests.server.test_scheduler import SESSION_S, Server
 
 

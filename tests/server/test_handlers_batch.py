@@ -1,4 +1,4 @@
-"""``job.start``'s rolling-batch params (server/handlers.py) and how the CLI shows a batch
+"""``job.start``'s rolling-batch params (server/front/handlers.py) and how the CLI shows a batch
 job (pushjobs/cli/jobview.py): refused before a job exists, kept in the job's options."""
 
 from __future__ import annotations

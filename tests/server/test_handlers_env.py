@@ -10,11 +10,11 @@ import pytest
 
 from pushjobs.errors import ApiError
 from pushjobs.protocol.framing import Limits
-from server.handlers import ApiHandlers
-from server.job import Job
-from server.jobparams import JobRequest
-from server.sealing import MARKER, REDACTED, SecretBox
-from server.settings import JobSettings
+from server.core.job import Job
+from server.core.jobparams import JobRequest
+from server.core.sealing import MARKER, REDACTED, SecretBox
+from server.front.handlers import ApiHandlers
+from server.shell.serverconfig import JobSettings
 
 VALUE = "s3cr3t-value"
 BOX = SecretBox.from_seed(b"s" * 32)

@@ -11,7 +11,7 @@ import zmq
 
 from pushjobs.transport.handshake import CRYPTOGRAPHIC, Refusal
 from pushjobs.transport.sockets import Transport, bound_endpoint
-from server.handshakes import Handshakes, RefusalLog
+from server.shell.handshakes import Handshakes, RefusalLog
 from tests.support import curve_keys, wait_until
 
 WRONG_KEY = Refusal("protocol", CRYPTOGRAPHIC, "tcp://127.0.0.1:7700")

@@ -9,9 +9,9 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import AckCommit, Message, NodeHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner
-from server.intake import BATCH, NodeIntake
-from server.nodes import NodeTable
-from server.sessions import SessionKeys
+from server.core.nodetable import NodeTable
+from server.front.sessions import SessionKeys
+from server.shell.nodeintake import BATCH, NodeIntake
 
 T0 = 1_700_000_000_000
 

@@ -5,9 +5,9 @@ import pytest
 from pushjobs.errors import StateError
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
-from server.effects import JobChanged, NodeChanged, Send
-from server.job import Job, NodeRecord
-from server.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
+from server.core.effects import JobChanged, NodeChanged, Send
+from server.core.job import Job, NodeRecord
+from server.core.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
 
 T0 = 1_700_000_000_000
 NODES = ["a", "b", "c"]

@@ -1,4 +1,4 @@
-"""A batch job's state machine (server/job.py with server/rolling.py): pure, fake clock."""
+"""A batch job's state machine (server/core/job.py, its batches): pure, fake clock."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState, NodeState
-from server import records
-from server.batch import HOLD_REFRESH_MS, BatchSpec
-from server.coordinator import Coordinator
-from server.effects import NodeChanged, Send
-from server.job import Job
-from server.recovery import recover
-from server.takeover import take_over
+from server.core import records
+from server.core.batch import HOLD_REFRESH_MS, BatchSpec
+from server.core.coordinator import Coordinator
+from server.core.effects import NodeChanged, Send
+from server.core.job import Job
+from server.shell.recovery import recover
+from server.shell.takeover import take_over
 
 T0 = 1_700_000_000_000
 RUN_MS = 5000

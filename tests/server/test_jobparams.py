@@ -1,4 +1,4 @@
-"""What ``job.start`` (and a schedule's job) may hold: ``server.jobparams`` refuses, with
+"""What ``job.start`` (and a schedule's job) may hold: ``server.core.jobparams`` refuses, with
 ``bad_request``, what would stop the server or fail every node (pure)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from pushjobs.api import methods
 from pushjobs.errors import ApiError
 from pushjobs.quorum import MAX_COUNT, Quorum, Share
-from server import schedadmin
-from server.jobparams import MAX_SECONDS, job_params
+from server.core.jobparams import MAX_SECONDS, job_params
+from server.front import schedmethods
 
 JOB = {"command": "true", "nodes": ["node-1"]}
 
@@ -66,4 +66,4 @@ def test_counts_beyond_any_fleet_are_refused(text: str) -> None:
 @pytest.mark.parametrize("in_s", [1e17, 1e308, math.inf, math.nan])
 def test_a_schedule_beyond_a_century_is_refused(in_s: float) -> None:
     with pytest.raises(ApiError, match="at most a century"):
-        schedadmin.trigger({"in_s": in_s}, 1_700_000_000_000)
+        schedmethods.trigger({"in_s": in_s}, 1_700_000_000_000)

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from keys.identity import generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.api import methods
 from pushjobs.errors import ApiError, KeyFileError
-from server.keyadmin import KeyAdmin
+from server.front.keymethods import KeyAdmin
 
 
 @pytest.fixture
@@ -104,8 +104,8 @@ def test_add_and_role_through_the_api(admin: KeyAdmin) -> None:
 def test_a_standby_over_the_log_shows_keys_but_sends_changes_to_the_leader(
     tmp_path: Path,
 ) -> None:
-    from keys.logstore import LogStore
-    from pushjobs.log.sqlite import SqliteLog
+    from keys.topicstore import LogStore
+    from pushjobs.log.sqlite.sqlite_log import SqliteLog
     from pushjobs.log.topics import KEYS, names
 
     log = SqliteLog(tmp_path / "log.db")

@@ -16,11 +16,11 @@ from keys.importer import imported_path
 from keys.registry import KeyRegistry, KeyState
 from pushjobs.clock import FakeClock
 from pushjobs.errors import KeyFileError
-from pushjobs.log.sqlite import SqliteLog
+from pushjobs.log.sqlite.sqlite_log import SqliteLog
 from pushjobs.log.topics import create_standard_topics
-from server.keystore import open_registries
-from server.leadership import Leadership, Lease
-from server.settings import ServerSection
+from server.shell.keyregistry import open_registries
+from server.shell.leadership import Leadership, Lease
+from server.shell.serverconfig import ServerSection
 
 SESSION_S = 5.0
 

@@ -9,7 +9,7 @@ from pushjobs.clock import FakeClock
 from pushjobs.errors import ApiError
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.topics import create_standard_topics
-from server.leadership import Leadership, Lease
+from server.shell.leadership import Leadership, Lease
 
 SESSION_S = 5.0
 

@@ -11,8 +11,8 @@ from pushjobs.errors import ApiError, BackendUnavailable
 from pushjobs.log.base import Batch, Fence
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.topics import create_standard_topics
-from server.leadership import Leadership
-from server.membership import (
+from server.shell.leadership import Leadership
+from server.shell.membership import (
     LEADER,
     STANDBY,
     Member,

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pushjobs.errors import ConfigError
-from server.backend import lag_summary
-from server.metrics import MetricsEndpoint, Snapshot, parse_bind
+from server.front.backend import lag_summary
+from server.shell.prometheus import MetricsEndpoint, Snapshot, parse_bind
 
 INFO: dict[str, Any] = {
     "server_id": "server",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pushjobs.clock import FakeClock
 from pushjobs.protocol.liveness import LivenessTracker
-from server.nodes import NodeOffline, NodeOnline, NodeRestarted, NodeTable
+from server.core.nodetable import NodeOffline, NodeOnline, NodeRestarted, NodeTable
 
 
 def table():

@@ -10,8 +10,8 @@ from pushjobs.clock import FakeClock
 from pushjobs.errors import FencedError
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.memory import MemoryLog, MemoryStore
-from server.partitions import Partitions, group_of
-from server.shards import partition_of, partition_topics, topic_of
+from server.core.schedshards import partition_of, partition_topics, topic_of
+from server.shell.schedpartitions import Partitions, group_of
 
 TOPICS = partition_topics("p.schedules", 8)
 SESSION_S = 5.0
@@ -115,7 +115,7 @@ def test_a_fenced_write_gives_the_partition_back_until_a_poll_grants_it(
 
 @pytest.mark.parametrize("count", [0, -1, 257])
 def test_a_partition_count_out_of_range_is_refused_in_the_config(count: int) -> None:
-    from server.settings import ServerSection
+    from server.shell.serverconfig import ServerSection
 
     problems = dict(ServerSection(schedule_partitions=count).check())
     assert "1 to 256" in problems["schedule_partitions"]
@@ -124,7 +124,7 @@ def test_a_partition_count_out_of_range_is_refused_in_the_config(count: int) -> 
 
 def test_a_late_write_of_a_deposed_writer_is_skipped_per_kind_of_key() -> None:
     from pushjobs.log.base import Record
-    from server.schedlog import Fold
+    from server.shell.schedlog import Fold
 
     def rec(offset: int, key: str, value: bytes, epoch: int) -> Record:
         return Record("t", offset, key, value, 0, epoch)

@@ -1,7 +1,7 @@
 """What one writer key can make the server hold and write: the token bucket per caller
-(server/quotas.py), the unfinished jobs per caller and the options bytes of finished jobs
-(server/coordinator.py), and the refusals ``job.start`` and ``schedule.add`` answer
-(server/handlers.py). Time is a fake clock throughout."""
+(server/core/quotas.py), the unfinished jobs per caller and the options bytes of finished jobs
+(server/core/coordinator.py), and the refusals ``job.start`` and ``schedule.add`` answer
+(server/front/handlers.py). Time is a fake clock throughout."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pushjobs.errors import ApiError
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.messages import AckCommit, AckRun, JobOutput, Succeeded
 from pushjobs.quorum import Quorum
-from server.coordinator import Coordinator
-from server.handlers import ApiHandlers
-from server.jobparams import JobRequest
-from server.quotas import RateQuota
-from server.settings import JobSettings
+from server.core.coordinator import Coordinator
+from server.core.jobparams import JobRequest
+from server.core.quotas import RateQuota
+from server.front.handlers import ApiHandlers
+from server.shell.serverconfig import JobSettings
 
 T0 = 1_700_000_000_000
 ENV_60K = {"X": "a" * 60_000}
@@ -132,7 +132,7 @@ def test_a_job_ended_outside_the_coordinator_and_filed_again_is_counted_once() -
     job = coord.jobs["a1"]
     coord.restore(job, 2)  # filed again while active: still one
     assert coord.unfinished_by("alice") == 1
-    job.crash(T0 + 1, "test")  # as jobs.py ends a job it cannot record, then files it
+    job.crash(T0 + 1, "test")  # as leaderjobs.py ends a job it cannot record, then files it
     coord.restore(job, 3)
     assert coord.unfinished_by("alice") == 0
 

@@ -1,4 +1,4 @@
-"""How often one key's schedules may fire (``server/schedbudget.py``), on real cron
+"""How often one key's schedules may fire (``server/core/schedbudget.py``), on real cron
 expressions: the most each can fire in any hour, refused past the budget, one-shots free."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pushjobs.errors import ApiError
-from server.schedbudget import check, peak_fires_per_hour
-from server.schedule import Trigger
+from server.core.schedbudget import check, peak_fires_per_hour
+from server.core.schedule import Trigger
 
 EVERY_SECOND = Trigger(cron="* * * * * *")
 EVERY_MINUTE = Trigger(cron="* * * * *")

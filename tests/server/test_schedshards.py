@@ -14,13 +14,13 @@ from pushjobs.clock import FakeClock
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.liveness import LivenessTracker
-from server.jobs import Jobs
-from server.jobwatch import due_of
-from server.leadership import Leadership
-from server.nodes import NodeTable
-from server.schedadmin import SchedAdmin
-from server.scheduler import Scheduler
-from server.settings import JobSettings
+from server.core.nodetable import NodeTable
+from server.front.schedmethods import SchedAdmin
+from server.shell.leaderjobs import Jobs
+from server.shell.leadership import Leadership
+from server.shell.schedjobwatch import due_of
+from server.shell.scheduler import Scheduler
+from server.shell.serverconfig import JobSettings
 
 SESSION_S = 3.0
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.schedule import (
+from server.core.schedule import (
     CatchUp,
     Overlap,
     Schedule,

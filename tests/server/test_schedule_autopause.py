@@ -12,9 +12,9 @@ import pytest
 
 from pushjobs.clock import FakeClock
 from pushjobs.log.memory import MemoryLog, MemoryStore
-from server.schedlog import key_of
-from server.schedule import fire_job_id
-from server.settings import JobSettings
+from server.core.schedule import fire_job_id
+from server.shell.schedlog import key_of
+from server.shell.serverconfig import JobSettings
 from tests.server.test_scheduler import SESSION_S, Server
 
 HUGE_S = 1e17  # milliseconds beyond 64 bits: no job with it can be recorded

@@ -15,14 +15,14 @@ from pushjobs.errors import ApiError
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.liveness import LivenessTracker
-from server.jobs import Jobs
-from server.leadership import Leadership
-from server.nodes import NodeTable
-from server.schedadmin import SchedAdmin
-from server.schedlog import key_of
-from server.schedule import CatchUp, Overlap, Trigger, fire_job_id
-from server.scheduler import Scheduler
-from server.settings import JobSettings
+from server.core.nodetable import NodeTable
+from server.core.schedule import CatchUp, Overlap, Trigger, fire_job_id
+from server.front.schedmethods import SchedAdmin
+from server.shell.leaderjobs import Jobs
+from server.shell.leadership import Leadership
+from server.shell.schedlog import key_of
+from server.shell.scheduler import Scheduler
+from server.shell.serverconfig import JobSettings
 
 SESSION_S = 5.0
 
@@ -149,7 +149,7 @@ def test_a_due_fire_starts_one_job_under_its_derived_id(clock: FakeClock) -> Non
 
 
 def test_job_start_is_idempotent_on_a_given_job_id(clock: FakeClock) -> None:
-    from server.jobparams import job_params, job_request
+    from server.core.jobparams import job_params, job_request
 
     a = Server(MemoryStore(), clock, "a")
     a.lead()
@@ -243,7 +243,7 @@ def test_pause_resume_delete_are_written(clock: FakeClock) -> None:
 
 
 def test_secret_env_is_sealed_in_the_record_and_never_shown(clock: FakeClock) -> None:
-    from server.sealing import REDACTED, SecretBox
+    from server.core.sealing import REDACTED, SecretBox
 
     a = Server(MemoryStore(), clock, "a")
     a.jobs.sender.secrets = SecretBox.from_seed(b"k" * 32)  # type: ignore[misc]
@@ -360,7 +360,7 @@ def test_a_log_that_fails_is_asked_once_per_backoff_and_nothing_is_lost(
 def test_a_schedule_of_the_single_owner_version_keeps_firing_from_its_old_topic(
     clock: FakeClock,
 ) -> None:
-    from server.schedule import Schedule
+    from server.core.schedule import Schedule
 
     store = MemoryStore()
     a = Server(store, clock, "a")

@@ -12,11 +12,11 @@ from pushjobs.protocol.framing import Limits, open_frames
 from pushjobs.protocol.messages import Commit
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, HmacSigner, HmacVerifier
-from server import records
-from server.commands import CommandSender
-from server.effects import Send
-from server.job import Job
-from server.sealing import MARKER, REDACTED, SecretBox, redacted
+from server.core import records
+from server.core.effects import Send
+from server.core.job import Job
+from server.core.sealing import MARKER, REDACTED, SecretBox, redacted
+from server.shell.commands import CommandSender
 from tests.server.test_commands import SECRET, T0, SentCommands, known_nodes
 
 VALUE = "hunter2-correct-horse"

@@ -8,15 +8,15 @@ import pytest
 
 from keys.fingerprint import key_id, self_key_id
 from keys.identity import b64, generate
+from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from keys.states import KeyState
 from pushjobs.errors import SignatureError, UnknownKey
 from pushjobs.protocol.framing import DEFAULT_LIMITS
 from pushjobs.protocol.messages import ApiRequest, ConfigRequest, NodeHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer, HmacSigner
-from server.auth import RegistryKeys, open_api_frames
-from server.sessions import MAX_LIVE, SessionKeys
+from server.front.auth import RegistryKeys, open_api_frames
+from server.front.sessions import MAX_LIVE, SessionKeys
 
 NOW_MS = 1_700_000_000_000
 

@@ -6,7 +6,7 @@ import pytest
 
 from pushjobs.config import load_config
 from pushjobs.errors import ConfigError
-from server.settings import ServerConfig
+from server.shell.serverconfig import ServerConfig
 
 
 def test_finished_job_bounds_are_read_from_the_file(tmp_path) -> None:

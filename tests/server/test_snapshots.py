@@ -11,11 +11,11 @@ from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.quorum import Quorum
 from pushjobs.states import NodeState
-from server.coordinator import Coordinator
-from server.job import Job
-from server.records import snapshot_records, touched_chunks
-from server.recovery import recover
-from server.snapshot import CHUNK_NODES
+from server.core.coordinator import Coordinator
+from server.core.job import Job
+from server.core.records import snapshot_records, touched_chunks
+from server.core.snapshot import CHUNK_NODES
+from server.shell.recovery import recover
 
 T0 = 1_700_000_000_000
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.subflood import FloodGuard
+from server.shell.subflood import FloodGuard
 
 
 def test_a_key_reaching_the_threshold_in_one_turn_is_cut_off() -> None:

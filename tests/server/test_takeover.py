@@ -8,11 +8,11 @@ from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.messages import AckCommit, Message
 from pushjobs.states import JobState, NodeState
-from server import records
-from server.coordinator import Coordinator
-from server.job import Job
-from server.recovery import recover
-from server.takeover import take_over
+from server.core import records
+from server.core.coordinator import Coordinator
+from server.core.job import Job
+from server.shell.recovery import recover
+from server.shell.takeover import take_over
 
 T0 = 1_700_000_000_000
 GRACE = 8_000

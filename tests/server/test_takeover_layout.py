@@ -11,11 +11,11 @@ from pushjobs.config import load_config
 from pushjobs.log.factory import open_log
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.messages import AckCommit
-from pushjobs.sandbox import Sandbox
-from server.daemon import Server
-from server.job import Job
-from server.recovery import recover
-from server.settings import ServerConfig
+from pushjobs.testbed.sandbox import Sandbox
+from server.core.job import Job
+from server.serverd import Server
+from server.shell.recovery import recover
+from server.shell.serverconfig import ServerConfig
 
 
 def test_a_job_from_an_unchunked_snapshot_survives_the_next_restart(tmp_path) -> None:

@@ -1,5 +1,5 @@
 """A job started right after a takeover waits for the fleet to move to the new leader
-(``server/awaiting.py``): the pure job and coordinator on a fake clock, then the leader's
+(``server/core/awaiting.py``): the pure job and coordinator on a fake clock, then the leader's
 job effects over a memory log, as the daemon drives them."""
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import AckCommit, Succeeded
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
-from server import records
-from server.awaiting import UNHEARD
-from server.coordinator import Coordinator
-from server.effects import Send
-from server.job import Job
-from server.jobparams import JobRequest
-from server.jobs import Jobs
-from server.leadership import Leadership
-from server.nodes import NodeTable
-from server.settings import JobSettings
-from server.targeting import NodeFacts, select
+from server.core import records
+from server.core.awaiting import UNHEARD
+from server.core.coordinator import Coordinator
+from server.core.effects import Send
+from server.core.job import Job
+from server.core.jobparams import JobRequest
+from server.core.nodetable import NodeTable
+from server.core.targeting import NodeFacts, select
+from server.shell.leaderjobs import Jobs
+from server.shell.leadership import Leadership
+from server.shell.serverconfig import JobSettings
 
 T0 = 1_700_000_000_000
 GRACE_MS = 4_000

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from pushjobs.errors import NotFound, TargetError
-from server.targeting import NodeFacts, select
+from server.core.targeting import NodeFacts, select
 
 FLEET = [
     NodeFacts("web-01", {"os": "linux", "hostname": "web-01.eu"}, ("web", "eu")),

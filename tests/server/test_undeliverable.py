@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pushjobs.quorum import Quorum
 from pushjobs.states import NodeState
-from server.commands import TOO_LARGE
-from server.coordinator import Coordinator
+from server.core.coordinator import Coordinator
+from server.shell.commands import TOO_LARGE
 
 T0 = 1_700_000_000_000
 

@@ -14,9 +14,9 @@ from pushjobs.api import methods
 from pushjobs.clock import FakeClock
 from pushjobs.errors import ApiError
 from pushjobs.log.memory import MemoryStore
-from server.records import refuse_unrecordable
-from server.schedcatalog import Entry
-from server.schedule import fire_job_id
+from server.core.records import refuse_unrecordable
+from server.core.schedule import fire_job_id
+from server.shell.schedcatalog import Entry
 from tests.server.test_scheduler import Server
 
 NOW_MS = 1_800_000_000_000

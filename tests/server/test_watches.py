@@ -9,9 +9,9 @@ from pushjobs.protocol.messages import ApiReply, ApiRequest
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import HmacSigner
 from pushjobs.quorum import Quorum
-from server.coordinator import Coordinator
-from server.responder import Responder
-from server.watches import Watches
+from server.core.coordinator import Coordinator
+from server.front.responder import Responder
+from server.front.watches import Watches
 
 T0 = 1_700_000_000_000
 

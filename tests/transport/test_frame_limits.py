@@ -19,7 +19,7 @@ from pushjobs.transport.sockets import (
     Transport,
     bound_endpoint,
 )
-from server.channels import Channels
+from server.shell.channels import Channels
 from tests.support import curve_keys, wait_until
 
 ANY_PORT = "tcp://127.0.0.1:*"
@@ -123,7 +123,7 @@ def test_the_heartbeat_socket_admits_node_keys_and_applies_only_the_empty_subscr
 def test_a_flooder_is_cut_off_and_a_failed_rebind_is_retried_not_fatal(monkeypatch):
     """Cutting off a key that floods rebinds the heartbeat socket; should another process
     hold the port in that instant, the server keeps serving and binds it again later."""
-    from server.subflood import FloodGuard
+    from server.shell.subflood import FloodGuard
 
     drops: Counter[str] = Counter()
     server, node, insider = curve_keys(), curve_keys(), curve_keys()
@@ -157,7 +157,7 @@ def test_a_flooder_is_cut_off_and_a_failed_rebind_is_retried_not_fatal(monkeypat
                 raise zmq.ZMQError(zmq.EADDRINUSE)
 
             monkeypatch.setattr(sock, "bind", taken)
-            monkeypatch.setattr("server.channels.REBIND_TIMEOUT_S", 0.05)
+            monkeypatch.setattr("server.shell.channels.REBIND_TIMEOUT_S", 0.05)
             wait_until(lambda: channels.subscriptions() or drops["subscription_cut_off"], 10)
             assert drops["heartbeat_unbound"] >= 1  # still serving: no exception
             monkeypatch.setattr(sock, "bind", real_bind)

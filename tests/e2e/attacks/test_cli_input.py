@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.daemon import now_ms
+from agent.agentd import now_ms
 from keys import files
 from keys.fingerprint import key_id
 from keys.identity import generate
@@ -24,7 +24,7 @@ from pushjobs.protocol.codec import decode
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint
 from tests.agent import test_command_channel as command_channel
 from tests.agent.test_command_channel import Channel, commit, replies, session_outbox

@@ -22,7 +22,7 @@ from pushjobs.protocol import messages as m
 from pushjobs.protocol.codec import encode
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
-from pushjobs.sandbox import ready_fields
+from pushjobs.testbed.sandbox import ready_fields
 from tests.e2e.attacks.support import (
     ATTACK_WHITELIST,
     CAPTURE_BYTES,
@@ -55,7 +55,7 @@ def _request_body(client: ApiClient, params: dict[str, Any]) -> int:
 
 
 def _commit_body(env: dict[str, str]) -> int:
-    """The size of the commit the server makes of that request (as server/commands.py)."""
+    """The size of the commit the server makes of that request (as server/shell/commands.py)."""
     outbox = Outbox("server", "0" * 16, Ed25519Signer("k", generate("s", "server").signing_key()))
     commit = outbox.message(
         m.Commit,

@@ -1,5 +1,5 @@
 """A writer toggling ``schedule.pause`` and ``schedule.resume`` in a loop is bounded like
-``schedule.add``: the calls take tokens from its bucket (``server/handlers.py`` ``RATED``),
+``schedule.add``: the calls take tokens from its bucket (``server/front/handlers.py`` ``RATED``),
 and a pause of a paused schedule (or a resume of a running one) writes nothing
 (``Scheduler.set_paused``). Before, each call rewrote the whole definition (up to ~64 KB of
 env): 12,012 calls grew the log by 664 MB in 20 s on the default config.
@@ -13,7 +13,7 @@ import pytest
 
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError
-from pushjobs.sandbox import Sandbox
+from pushjobs.testbed.sandbox import Sandbox
 from tests.e2e.attacks.support import ATTACK_WHITELIST, writer
 from tests.e2e.conftest import WHITELIST, Fleet
 

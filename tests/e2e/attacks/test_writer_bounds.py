@@ -25,8 +25,8 @@ import pytest
 
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError
-from pushjobs.sandbox import Sandbox
-from pushjobs.tomlwrite import toml_text
+from pushjobs.testbed.sandbox import Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.attacks.support import ATTACK_WHITELIST, log_tail, server_alive, writer
 from tests.e2e.conftest import TERMINAL, WHITELIST, Fleet
 from tests.e2e.conftest import run_cli as cli

@@ -1,0 +1,176 @@
+"""``pushjobs server``: the server's own health, as an operator reads it at a glance.
+
+``status`` renders ``server.info``: leadership, uptime, nodes and jobs by state, dropped
+messages by socket and reason, heartbeat lag, log append latency and garbage collection
+pauses. ``list`` renders ``server.list``: every server of the installation as the
+``control`` topic knows it, its role, epoch, last pong and endpoints. ``--json`` prints
+the reply as it came, every figure included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import typer
+
+from pushjobs.cli import userconfig
+from pushjobs.cli.job_commands import ConfigOpt, JsonOpt, ServerOpt
+from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply
+
+app = typer.Typer(help="The servers themselves: health, figures, who leads.", no_args_is_help=True)
+LIST_COLUMNS = ("server", "role", "epoch", "last pong", "api", "heartbeat", "reply")
+
+
+def duration(seconds: float) -> str:
+    """``3d 4h``, ``2h 03m``, ``5m 12s``, ``42s``: the two largest units."""
+    s = int(seconds)
+    days, hours, minutes = s // 86400, s // 3600 % 24, s // 60 % 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def _ms(value: float | None) -> str:
+    # Two significant digits below 10 ms, whole milliseconds above: 0.7, 3.1, 42 ms.
+    if value is None:
+        return "-"
+    return f"{value:.2g} ms" if value < 10 else f"{value:.0f} ms"
+
+
+def _counts(counts: Mapping[str, int], order: list[str] | None = None) -> str:
+    """``3 running, 120 complete``: the non-zero ones, in ``order``; ``none`` if all are 0."""
+    names = order if order is not None else sorted(counts)
+    shown = [f"{counts[n]:,} {n}" for n in names if counts.get(n)]
+    return ", ".join(shown) or "none"
+
+
+def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) rows of the status block."""
+    role = f"leader, epoch {info['epoch']}" if info.get("leader") else "standing by (not leader)"
+    uptime = info.get("uptime_s")
+    rows = [
+        (
+            "server",
+            f"{info['server_id']} (incarnation {info['incarnation']}), {role}"
+            + ("" if uptime is None else f", up {duration(uptime)}"),
+        )
+    ]
+    nodes = info.get("nodes") or {"online": info.get("nodes_online", 0)}
+    rows.append(("nodes", ", ".join(f"{n:,} {state}" for state, n in nodes.items())))
+    if "jobs" in info:
+        rows.append(("jobs", _counts(info["jobs"], list(info["jobs"]))))
+    drops = [
+        f"{socket}: {_counts(reasons)}"
+        for socket, reasons in sorted(info.get("drops", {}).items())
+        if any(reasons.values())
+    ]
+    rows.append(("drops", "; ".join(drops) or "none"))
+    lag = info.get("heartbeat_lag")
+    if lag is not None:
+        rows.append(
+            (
+                "heartbeats",
+                f"lag p50 {_ms(lag['p50_ms'])}, p99 {_ms(lag['p99_ms'])}, "
+                f"max {_ms(lag['max_ms'])} ({info.get('heartbeats', 0):,} heartbeats)",
+            )
+        )
+    outage = info.get("log_outage")
+    if outage:
+        rows.append(
+            (
+                "log",
+                f"NOT WRITABLE for {duration(outage['for_s'])} ({outage['tries']} tries): "
+                f"{outage['error']}",
+            )
+        )
+    append = info.get("log_append")
+    if append is not None:
+        rows.append(
+            (
+                "log",
+                f"append p50 {_ms(append['p50_ms'])}, p99 {_ms(append['p99_ms'])}, "
+                f"max {_ms(append['max_ms'])} ({append['count']:,} appends, "
+                f"{append['failures']:,} failed)",
+            )
+        )
+    gc = info.get("gc")
+    if gc:
+        rows.append(
+            (
+                "gc",
+                f"paused {_ms(round(sum(gc['pause_total_ms']), 1))} in total, longest "
+                f"{_ms(max(gc['pause_max_ms']))} ({sum(gc['collections']):,} collections, "
+                f"{gc['collections'][2]:,} full)",
+            )
+        )
+    return rows
+
+
+def render(info: Mapping[str, Any]) -> str:
+    rows = lines(info)
+    width = max(len(label) for label, _ in rows)
+    # A server's id and a log error are other people's text: one line each, as they are.
+    return "\n".join(f"{label:<{width}}  {printable(text)}" for label, text in rows)
+
+
+@app.command("status")
+@handle_errors
+def status(config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False) -> None:
+    """Leader, epoch, uptime, nodes and jobs by state, drops, heartbeat lag, log append
+    latency and GC pauses of the server.
+
+    Example: pushjobs server status --json
+    """
+    with userconfig.connect(config, server) as client, reading_reply():
+        info = client.call("server.info", {})
+        if as_json:
+            print_json(info)
+        else:
+            typer.echo(render(info))
+
+
+def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    """The ``server list`` table: one row per server, this one's name marked with ``*``."""
+    rows: list[tuple[str, ...]] = []
+    for row in servers:
+        name = f"{row['name']}:{row['incarnation']}" + (" *" if row.get("self") else "")
+        epoch = "-" if row.get("epoch") is None else str(row["epoch"])
+        pong = f"{row['last_pong_ms_ago'] / 1000:.1f} s ago"
+        rows.append((name, row["role"], epoch, pong, row["api"], row["heartbeat"], row["reply"]))
+    return rows
+
+
+def render_list(servers: Sequence[Mapping[str, Any]]) -> str:
+    if not servers:
+        return "no server has written to the control topic yet"
+    # Names and endpoints are what each server wrote to the control topic: written out.
+    table = [LIST_COLUMNS, *(tuple(map(printable, row)) for row in server_rows(servers))]
+    widths = [max(len(row[i]) for row in table) for i in range(len(LIST_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    )
+
+
+@app.command("list")
+@handle_errors
+def list_servers(
+    config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Every server of the installation: its role (leader, standby; deposed or gone when
+    its record says a lease it no longer holds, or is stale), epoch, last pong and
+    endpoints. The server that answered is marked with *.
+
+    Example: pushjobs server list --json
+    """
+    with userconfig.connect(config, server) as client, reading_reply():
+        servers = client.call("server.list", {})["servers"]
+        if as_json:
+            print_json(servers)
+        else:
+            typer.echo(render_list(servers))

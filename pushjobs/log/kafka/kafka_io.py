@@ -1,0 +1,284 @@
+"""The Kafka log's data plane: a reader for metadata and bounded scans, a durable writer.
+
+Both work on partition 0 only; that is what makes every topic a single-partition log. The
+reader is one consumer that never joins a group: each scan assigns (topic, 0, offset),
+consumes up to a high watermark read just before, and unassigns. The writer is one
+idempotent producer; a write returns the offsets from the delivery reports. Neither is
+safe for concurrent use: the KafkaLog serialises calls under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from pushjobs.clock import Clock
+from pushjobs.errors import BackendUnavailable, UnknownTopic
+from pushjobs.log.base import Record
+from pushjobs.log.kafka.kafka_client import (
+    KafkaTimeouts,
+    error_name,
+    translate,
+    translate_exception,
+)
+from pushjobs.log.kafka.kafka_reach import Reachability
+
+log = logging.getLogger(__name__)
+
+PARTITION = 0
+EPOCH_HEADER = "pushjobs.epoch"
+READ_CHUNK = 1000
+
+
+class Reader:
+    """Topic existence, watermarks and scans of partition 0, through one unassigned consumer."""
+
+    def __init__(
+        self, ck: ModuleType, settings: dict[str, Any], timeouts: KafkaTimeouts, clock: Clock
+    ) -> None:
+        self._ck = ck
+        self._timeouts = timeouts
+        self._known: set[str] = set()
+        try:
+            self._consumer = ck.Consumer(settings)
+        except ck.KafkaException as exc:
+            raise translate_exception(exc, "creating the Kafka reader") from exc
+        # Shared with the writer and the group members: one cluster, one verdict.
+        self.reach = Reachability(clock, self.probe)
+
+    def probe(self, timeout_s: float) -> None:
+        """Return if the cluster answers a metadata request within ``timeout_s``."""
+        try:
+            self._consumer.list_topics(timeout=timeout_s)
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, "asking the cluster for its metadata") from exc
+
+    def require_topic(self, topic: str) -> None:
+        """Return if the topic exists (has a partition 0), else raise ``UnknownTopic``."""
+        if topic in self._known:
+            return
+        with self.reach.attempt(f"looking up topic {topic}"):
+            self._require_topic(topic)
+
+    def _require_topic(self, topic: str) -> None:
+        deadline = time.monotonic() + self._timeouts.request_s
+        while True:
+            found = self._metadata(topic)
+            if found is not None and found.error is None and PARTITION in found.partitions:
+                self._known.add(topic)
+                return
+            err = None if found is None else found.error
+            if err is None or error_name(err) == "UNKNOWN_TOPIC_OR_PART":
+                raise UnknownTopic(f"topic {topic} does not exist")
+            if time.monotonic() >= deadline:
+                raise translate(err, f"looking up topic {topic}")
+            # A topic just created may have no leader yet; metadata catches up shortly.
+            time.sleep(0.05)
+
+    def exists(self, topic: str) -> bool:
+        try:
+            self.require_topic(topic)
+        except UnknownTopic:
+            return False
+        return True
+
+    def partitions(self, topic: str) -> list[int]:
+        found = self._metadata(topic)
+        return sorted(found.partitions) if found is not None and found.error is None else []
+
+    def watermarks(self, topic: str) -> tuple[int, int]:
+        """(first offset still kept, offset of the next record) of partition 0."""
+        what = f"reading the offsets of {topic}"
+        with self.reach.attempt(what):
+            return self._watermarks(topic, what)
+
+    def _watermarks(self, topic: str, what: str) -> tuple[int, int]:
+        try:
+            marks = self._consumer.get_watermark_offsets(
+                self._ck.TopicPartition(topic, PARTITION),
+                timeout=self._timeouts.request_s,
+                cached=False,
+            )
+        except self._ck.KafkaException as exc:
+            err = translate_exception(exc, what)
+            if isinstance(err, UnknownTopic):
+                # librdkafka says "unknown partition" when it merely knows no leader for
+                # it, e.g. with the brokers down: ask the cluster whether the topic still
+                # exists, which raises the right error.
+                self._known.discard(topic)
+                self.require_topic(topic)
+                err = BackendUnavailable(f"{what}: no partition leader known ({exc})")
+            raise err from exc
+        if marks is None:
+            raise BackendUnavailable(f"{what}: no answer within {self._timeouts.request_s} s")
+        return int(marks[0]), int(marks[1])
+
+    def fetch(self, topic: str, start: int, high: int, limit: int) -> list[Record]:
+        """Up to ``limit`` records from offset ``start`` (kept) to ``high`` (exclusive)."""
+        what = f"reading {topic} from offset {start}"
+        with self.reach.attempt(what):
+            return self._fetch(topic, start, high, limit, what)
+
+    def _fetch(self, topic: str, start: int, high: int, limit: int, what: str) -> list[Record]:
+        part = self._ck.TopicPartition(topic, PARTITION, start)
+        out: list[Record] = []
+        try:
+            self._consumer.assign([part])
+            stall_deadline = time.monotonic() + self._timeouts.request_s
+            after = start  # offset after the last record seen
+            while len(out) < limit:
+                # consume() waits its whole timeout for num_messages: never ask for more
+                # than the range can hold, or every scan of a short range costs 0.1 s.
+                wanted = min(limit - len(out), READ_CHUNK, high - after)
+                batch = self._consumer.consume(num_messages=max(1, wanted), timeout=0.1)
+                for msg in batch:
+                    if msg.error() is not None:
+                        raise translate(msg.error(), what)
+                    if msg.offset() >= high:
+                        return out
+                    out.append(to_record(msg))
+                    after = msg.offset() + 1
+                    if msg.offset() >= high - 1 or len(out) >= limit:
+                        return out
+                if batch:
+                    stall_deadline = time.monotonic() + self._timeouts.request_s
+                    continue
+                # Offsets may end in a gap (compacted away, transaction markers): the
+                # position, not the last record, says the scan is complete.
+                if self._consumer.position([part])[0].offset >= high:
+                    return out
+                if time.monotonic() >= stall_deadline:
+                    raise BackendUnavailable(
+                        f"{what}: no records for {self._timeouts.request_s} s "
+                        f"(got {len(out)}, expected up to offset {high})"
+                    )
+            return out
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, what) from exc
+        finally:
+            try:
+                self._consumer.unassign()
+            except self._ck.KafkaException as exc:
+                log.debug("unassigning the reader: %s", exc)
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (self._ck.KafkaException, RuntimeError) as exc:
+            log.debug("closing the Kafka reader: %s", exc)
+
+    def _metadata(self, topic: str) -> Any:
+        try:
+            meta = self._consumer.list_topics(topic, timeout=self._timeouts.request_s)
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, f"looking up topic {topic}") from exc
+        return meta.topics.get(topic)
+
+
+class Writer:
+    """The idempotent producer: produce, flush, and offsets from the delivery reports."""
+
+    def __init__(
+        self,
+        ck: ModuleType,
+        settings: Callable[[], dict[str, Any]],
+        timeouts: KafkaTimeouts,
+        clock: Clock,
+        reach: Reachability,
+    ) -> None:
+        self._ck = ck
+        self._reach = reach
+        self._settings = settings
+        self._timeouts = timeouts
+        self._clock = clock
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Any:
+        try:
+            return self._ck.Producer(self._settings())
+        except self._ck.KafkaException as exc:
+            raise translate_exception(exc, "creating the Kafka producer") from exc
+
+    def produce(
+        self, topic: str, records: Sequence[tuple[str, bytes | None]], epoch: int
+    ) -> list[int]:
+        """Append to partition 0 and return the offsets once every record is durable."""
+        what = f"appending {len(records)} record(s) to {topic}"
+        with self._reach.attempt(what):
+            return self._produce(topic, records, epoch, what)
+
+    def _produce(
+        self, topic: str, records: Sequence[tuple[str, bytes | None]], epoch: int, what: str
+    ) -> list[int]:
+        results: list[Any] = [None] * len(records)
+
+        def report(index: int) -> Callable[[Any, Any], None]:
+            def on_delivery(err: Any, msg: Any) -> None:
+                results[index] = err if err is not None else int(msg.offset())
+
+            return on_delivery
+
+        headers = [(EPOCH_HEADER, str(epoch).encode())] if epoch else None
+        timestamp_ms = self._clock.wall_ms()
+        deadline = time.monotonic() + self._timeouts.delivery_s + self._timeouts.request_s
+        for index, (key, value) in enumerate(records):
+            while True:
+                try:
+                    self._producer.produce(
+                        topic,
+                        value=value,
+                        key=key.encode(),
+                        partition=PARTITION,
+                        timestamp=timestamp_ms,
+                        headers=headers,
+                        on_delivery=report(index),
+                    )
+                    break
+                except BufferError:
+                    # The local queue is full: serve delivery reports to make room.
+                    if time.monotonic() >= deadline:
+                        raise BackendUnavailable(f"{what}: producer queue full") from None
+                    self._producer.poll(0.05)
+                except self._ck.KafkaException as exc:
+                    raise translate_exception(exc, what) from exc
+        left = self._producer.flush(max(0.0, deadline - time.monotonic()))
+        if left:
+            # message.timeout.ms should have failed them by now; never let them linger
+            # and land after we reported a failure.
+            self._producer.purge(in_queue=True, in_flight=False)
+            self._producer.flush(0)
+            raise BackendUnavailable(f"{what}: {left} record(s) not confirmed in time")
+        offsets: list[int] = []
+        for result in results:
+            if not isinstance(result, int):
+                if result is not None and result.fatal():
+                    # An idempotent producer that hit a fatal error refuses all further
+                    # work; the next append gets a fresh one (a new producer id).
+                    self._producer = self._new_producer()
+                raise translate(result, what)
+            offsets.append(result)
+        return offsets
+
+    def close(self) -> None:
+        left = self._producer.flush(self._timeouts.delivery_s)
+        if left:
+            log.warning("closing the Kafka producer with %d undelivered records", left)
+
+
+def to_record(msg: Any) -> Record:
+    epoch = 0
+    for name, raw in msg.headers() or ():
+        if name == EPOCH_HEADER and raw is not None:
+            epoch = int(raw)
+    key = msg.key()
+    return Record(
+        topic=str(msg.topic()),
+        offset=int(msg.offset()),
+        key=key.decode() if key is not None else "",
+        value=msg.value(),
+        timestamp_ms=int(msg.timestamp()[1]),
+        epoch=epoch,
+    )

@@ -1,0 +1,2 @@
+"""The SQLite backend of the ordered log: one file per installation, shared by the servers
+of one host."""

@@ -1,0 +1,372 @@
+"""The job coordinator: every job of this server, fed by replies, node events and time. Pure.
+
+Theory of operation. Each job is a ``Job`` state machine (``job.py``); the coordinator
+routes inputs to the jobs they concern and returns the effects in order, so the daemon
+can persist the changes before it sends the commands that follow from them.
+
+- ``submit`` creates a job and starts it on the nodes online now; right after a takeover,
+  the targets this leader has not heard yet are waited for until the grace ends
+  (``awaiting.py``) instead of being ``unavailable`` at once;
+- ``reply`` routes a node's ack/nack/result to its job; a reply the job's table does not
+  allow (a result after a timeout, a duplicate re-sent after a failover) is *late*: it is
+  counted and changes nothing;
+- ``node_lost`` (offline, restarted, revoked) crashes the node in every active job;
+- ``node_online`` answers a node that (re)appeared with what it should have got: a
+  ``commit`` while its job votes, a ``run`` while it is ready in a running job. That is how
+  commands lost in a server restart or a network blip are sent again; the agent answers
+  repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
+  nothing: its turn has not come (``batch.py``). A target a job waited to hear from is
+  heard now, and gets its commit the same way;
+- ``tick`` applies vote and run deadlines.
+
+Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pushjobs.errors import StateError
+from pushjobs.protocol.messages import (
+    Aborted,
+    AckCommit,
+    AckRun,
+    Failed,
+    JobOutput,
+    Message,
+    NackCommit,
+    NackRun,
+    Started,
+    Succeeded,
+)
+from pushjobs.quorum import Quorum
+from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
+from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.finished import Finished, option_bytes
+from server.core.heartbeats import JudgesHeartbeats
+from server.core.job import Job
+
+
+@dataclass(frozen=True, slots=True)
+class JobCreated:
+    job_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputReceived:
+    job_id: str
+    node: str
+    output: JobOutput
+    exit_status: int | None
+
+
+Change = Effect | JobCreated | OutputReceived
+
+
+class Coordinator(JudgesHeartbeats):
+    def __init__(
+        self,
+        keep_finished: int = 10_000,
+        keep_finished_nodes: int = 500_000,
+        keep_finished_option_bytes: int = 64_000_000,
+        keep_finished_output_bytes: int = 100_000_000,
+    ) -> None:
+        self.finished = Finished(
+            keep_finished,
+            keep_finished_nodes,
+            keep_finished_option_bytes,
+            keep_finished_output_bytes,
+        )
+        self.jobs: dict[str, Job] = {}
+        self.versions: dict[str, int] = {}
+        self.outputs: dict[tuple[str, str], OutputReceived] = {}
+        self._output_nodes: dict[str, list[str]] = {}  # job id -> nodes in ``outputs``
+        self.late: Counter[str] = Counter()
+        self._active_by_node: dict[str, set[str]] = {}
+        # Jobs not finished, in creation order: every loop turn asks for their deadlines,
+        # and up to ``keep_finished`` finished jobs must not make each turn O(jobs).
+        self._active: dict[str, Job] = {}
+        # node -> batch jobs holding its slot since it was lost in flight (``batch.py``).
+        self._lost_slots: dict[str, set[str]] = {}
+        # Jobs not finished per ``requested_by``, for the per-caller bound (``handlers.py``).
+        self._unfinished_by: Counter[str] = Counter()
+        # Jobs whose version moved (or that were forgotten) since ``take_touched``: parked
+        # watches look at these only, so a turn costs O(changed jobs), not O(watches).
+        self.touched: set[str] = set()
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        job_id: str,
+        command: str,
+        targets: Iterable[str],
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        quorum: Quorum,
+        vote_timeout_ms: int,
+        run_timeout_ms: int,
+        options: Mapping[str, Any],
+        requested_by: str,
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
+    ) -> list[Change]:
+        if job_id in self.jobs:
+            raise StateError(f"job {job_id} exists already")
+        job = Job.new(
+            job_id,
+            command,
+            targets,
+            now_ms,
+            quorum=quorum,
+            vote_timeout_ms=vote_timeout_ms,
+            run_timeout_ms=run_timeout_ms,
+            options=dict(options),
+            requested_by=requested_by,
+        )
+        self._add(job)
+        out: list[Change] = [JobCreated(job_id, now_ms)]
+        out += job.start(online, now_ms, unheard=unheard, unheard_until_ms=unheard_until_ms)
+        self._after(job, out)
+        return out
+
+    def reply(self, message: Message, now_ms: int) -> list[Change]:
+        """Apply a node's reply; [] (counted in ``late``) if its job cannot take it."""
+        job_id = getattr(message, "job_id", None)
+        job = self.jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None:
+            self.late["unknown_job"] += 1
+            return []
+        node = message.sender
+        out: list[Change] = []
+        try:
+            match message:
+                case AckCommit():
+                    out += job.ack_commit(node, now_ms)
+                case NackCommit(reason=reason):
+                    out += job.nack_commit(node, now_ms, reason)
+                case AckRun():
+                    out += job.ack_run(node, now_ms)
+                case NackRun(reason=reason):
+                    out += job.nack_run(node, now_ms, reason)
+                case Started():
+                    return []
+                case Succeeded(exit_status=status):
+                    out += job.succeeded(node, now_ms, status)
+                case Failed(exit_status=status, reason=reason):
+                    out += job.failed(node, now_ms, status, reason)
+                case Aborted(reason=reason):
+                    out += job.aborted(node, now_ms, reason)
+                case _:
+                    self.late["not_a_reply"] += 1
+                    return []
+        except StateError:
+            self.late[message.TYPE] += 1
+            return []
+        output = getattr(message, "output", None)
+        if isinstance(output, JobOutput):
+            received = OutputReceived(
+                job.job_id, node, output, getattr(message, "exit_status", None)
+            )
+            self.outputs[(job.job_id, node)] = received
+            self._output_nodes.setdefault(job.job_id, []).append(node)
+            out.append(received)
+        self._after(job, out)
+        return out
+
+    def node_lost(
+        self, node: str, now_ms: int, reason: str, *, restarted: bool = False
+    ) -> list[Change]:
+        out: list[Change] = []
+        for job_id in list(self._active_by_node.get(node, ())):
+            job = self.jobs[job_id]
+            changes: list[Change] = list(job.node_lost(node, now_ms, reason, restarted=restarted))
+            if job.holds_slot(node):
+                self._lost_slots.setdefault(node, set()).add(job_id)
+            self._after(job, changes)
+            out += changes
+        return out
+
+    def heard(
+        self, node: str, busy_with: str | None, busy_state: str | None, now_ms: int
+    ) -> list[Change]:
+        """A heartbeat: batch jobs holding the slot of ``node`` (lost while in flight) let
+        it go unless the node says it still holds or runs that job."""
+        out: list[Change] = []
+        for job_id in list(self._lost_slots.get(node, ())):
+            if job_id == busy_with and busy_state in ("committed", "running"):
+                continue
+            self._lost_slots[node].discard(job_id)
+            if (job := self.jobs.get(job_id)) is not None:
+                changes: list[Change] = list(job.release_slot(node, now_ms))
+                self._after(job, changes)
+                out += changes
+        if not self._lost_slots.get(node, True):
+            del self._lost_slots[node]
+        return out
+
+    def node_online(self, node: str) -> list[Send]:
+        """Commands to repeat to a node that (re)appeared; no job or node state changes
+        (a job that waited to hear from it stops waiting)."""
+        out: list[Send] = []
+        for job_id in self._active_by_node.get(node, ()):
+            job = self.jobs[job_id]
+            job.heard(node)
+            state = job.nodes[node].state
+            if job.state.value == "voting" and state is NodeState.NEW:
+                out.append(Send("commit", job_id, node))
+            elif job.state.value == "running" and state is NodeState.READY:
+                out.append(Send("run", job_id, node))
+        return out
+
+    def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
+        """A commit that can never reach ``node`` (``CommandSender.take_undeliverable``):
+        its vote is no, with ``reason``, rather than silence until the vote deadline."""
+        job = self.jobs.get(job_id)
+        record = job.nodes.get(node) if job is not None else None
+        if job is None or record is None or record.state is not NodeState.NEW:
+            return []
+        if job.state is not JobState.VOTING:
+            return []
+        out: list[Change] = list(job.nack_commit(node, now_ms, reason))
+        self._after(job, out)
+        return out
+
+    def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
+        job = self.jobs[job_id]
+        out: list[Change] = list(job.abort(now_ms, reason))
+        self._after(job, out)
+        return out
+
+    def crash(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
+        """End a job ``crashed`` for a reason of the server's own (its nodes told to abort)."""
+        job = self.jobs[job_id]
+        out: list[Change] = list(job.crash(now_ms, reason))
+        self._after(job, out)
+        return out
+
+    def tick(self, now_ms: int) -> list[Change]:
+        out: list[Change] = []
+        for job in self.active():
+            deadline = job.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                changes: list[Change] = list(job.tick(now_ms))
+                self._after(job, changes)
+                out += changes
+        return out
+
+    def restore(self, job: Job, version: int) -> None:
+        """Put back a job read from the log (recovery)."""
+        self._add(job)
+        self.versions[job.job_id] = version
+        self.touched.add(job.job_id)
+        self._index(job, job.nodes)
+        for name in job.nodes if job.holds_lost_slots() else ():
+            if job.holds_slot(name):
+                self._lost_slots.setdefault(name, set()).add(job.job_id)
+        if job.finished:
+            self._retire(job.job_id)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def active(self) -> Iterator[Job]:
+        return iter(list(self._active.values()))
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for job in self.active() if (d := job.next_deadline_ms()) is not None]
+        return min(deadlines, default=None)
+
+    def view(self, job_id: str, *, nodes: bool = True) -> dict[str, Any]:
+        snap = self.jobs[job_id].snapshot(nodes=nodes)
+        snap["version"] = self.versions.get(job_id, 0)
+        return snap
+
+    def take_touched(self) -> set[str]:
+        """The jobs changed or forgotten since the last call."""
+        touched, self.touched = self.touched, set()
+        return touched
+
+    def holding(self, node: str) -> list[str]:
+        """The active jobs in which ``node`` has not finished (it may hold or run them)."""
+        return [
+            job_id
+            for job_id in self._active_by_node.get(node, ())
+            if self.jobs[job_id].nodes[node].state not in TERMINAL_NODE_STATES
+        ]
+
+    def targets_pending(self, node: str) -> bool:
+        return bool(self._active_by_node.get(node))
+
+    def unfinished_by(self, caller: str) -> int:
+        """How many jobs ``caller`` requested that have not finished (new, voting, running)."""
+        return self._unfinished_by.get(caller, 0)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.job_id] = job
+        if not job.finished:
+            if job.job_id not in self._active:
+                self._unfinished_by[job.requested_by] += 1
+            self._active[job.job_id] = job
+        self.versions.setdefault(job.job_id, 0)
+        self.touched.add(job.job_id)
+
+    def _after(self, job: Job, changes: list[Change]) -> None:
+        if not changes:
+            return
+        self.versions[job.job_id] = self.versions.get(job.job_id, 0) + 1
+        self.touched.add(job.job_id)
+        if job.finished:
+            self._index(job, job.nodes)
+            self._retire(job.job_id)
+        elif isinstance(changes[0], JobCreated):
+            self._index(job, job.nodes)
+        else:
+            # Only the nodes that changed: a reply must not cost O(targets).
+            self._index(job, {c.node for c in changes if isinstance(c, NodeChanged)})
+
+    def _index(self, job: Job, names: Iterable[str]) -> None:
+        for name in names:
+            record = job.nodes[name]
+            jobs = self._active_by_node.get(name)
+            if job.finished or record.state in TERMINAL_NODE_STATES:
+                if jobs is not None:
+                    jobs.discard(job.job_id)
+                    if not jobs:
+                        del self._active_by_node[name]
+            else:
+                self._active_by_node.setdefault(name, set()).add(job.job_id)
+
+    def _retire(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        if self._active.pop(job_id, None) is not None:
+            self._unfinished_by[job.requested_by] -= 1
+            if not self._unfinished_by[job.requested_by]:
+                del self._unfinished_by[job.requested_by]
+        if job_id in self.finished:
+            return
+        captured = (self.outputs[(job_id, n)].output for n in self._output_nodes.get(job_id, ()))
+        output_bytes = sum(len(o.stdout) + len(o.stderr) for o in captured)
+        for old in self.finished.add(
+            job_id, len(job.nodes), option_bytes(job.options), output_bytes
+        ):
+            self.jobs.pop(old, None)
+            self.versions.pop(old, None)
+            self.touched.add(old)
+            for node in self._output_nodes.pop(old, ()):  # not a pass over every output
+                self.outputs.pop((old, node), None)
+
+
+def changed_jobs(changes: Iterable[Change]) -> list[str]:
+    """Job ids touched by ``changes``, in first-touch order."""
+    seen: dict[str, None] = {}
+    for change in changes:
+        if isinstance(change, JobChanged | NodeChanged | JobCreated | OutputReceived):
+            seen[change.job_id] = None
+    return list(seen)

@@ -1,0 +1,376 @@
+"""The job state machine: one job over its target nodes. Pure.
+
+Theory of operation. A job starts ``new``. ``start`` marks the nodes that are offline
+``unavailable`` (right after a takeover, those not heard yet are waited for instead:
+``awaiting.py``) and asks every other node to commit: the job is ``voting``. Each node
+acks (``ready``) or nacks (``nacked``). Voting ends when no node is left to vote or the
+vote deadline passes (``tick``); nodes that never voted become ``unavailable``. Then if at
+least ``quorum`` nodes are ready, the ready nodes are told to run and the job is
+``running``; otherwise the job is ``quorum_failed``, its ready nodes become
+``was_ready`` and are told to abort. A running node ends ``succeeded``, ``failed``,
+``aborted`` (it said so), ``crashed`` (it went offline or restarted) or ``timed_out``. The
+job ends ``complete`` when every node is terminal, ``timed_out`` at the run deadline
+(unfinished nodes ``timed_out`` and told to abort), or ``aborted`` on request (unfinished
+nodes ``aborted`` and told to abort). ``complete`` says the job ended, not that it
+succeeded: the summary counts nodes per state.
+
+A batch job (``options["batch"]``) runs its ready nodes through a sliding window instead:
+the rest are ``waiting`` their turn, the run timeout is per node, and a spent failure
+budget skips the waiting nodes and ends the job ``halted`` (theory in ``batch.py``). A
+node is told to run only as it leaves ``waiting``, a change written before the command
+is sent: a restored job never runs a node twice, nor forgets one that waits.
+
+Both levels are transition tables. An event that the table does not allow raises
+``StateError`` and changes nothing: the caller decides whether that is a late reply to
+drop (a result after a timeout) or a bug. Every change is returned as an ``Effect``:
+``NodeChanged`` / ``JobChanged`` to persist, ``Send`` for commands to deliver, in that
+order, so the daemon can write the log before it sends.
+
+Time is wall milliseconds (``now_ms``), because deadlines are persisted in snapshots and
+must survive a server restart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pushjobs.errors import StateError
+from pushjobs.quorum import Quorum
+from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
+from server.core.awaiting import AwaitingNodes, Unheard
+from server.core.batch import BatchSpec, Window
+from server.core.effects import Effect, JobChanged, Send
+from server.core.rolling import RollingBatch
+from server.core.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot, NodeRecord
+from server.core.snapshot import node_from_json as _node_from_json
+from server.core.transitions import JOB_TRANSITIONS, JobEvent, NodeEvent
+
+__all__ = ["Job", "NodeRecord"]
+
+
+@dataclass(slots=True)
+class Job(AwaitingNodes, RollingBatch, JobSnapshot):
+    job_id: str
+    command: str
+    nodes: dict[str, NodeRecord]
+    quorum: Quorum = field(default_factory=Quorum)
+    vote_timeout_ms: int = 30_000
+    run_timeout_ms: int = 3_600_000
+    options: dict[str, Any] = field(default_factory=dict)
+    requested_by: str = ""
+    state: JobState = JobState.NEW
+    created_ms: int = 0
+    started_ms: int | None = None
+    vote_deadline_ms: int | None = None
+    run_started_ms: int | None = None
+    run_deadline_ms: int | None = None
+    finished_ms: int | None = None
+    chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
+    # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
+    # a 50,000-node job costs O(n^2) to finish.
+    _counts: Counter[NodeState] = field(
+        default_factory=Counter, init=False, repr=False, compare=False
+    )
+    _positions: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _order: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    # Each node's serialized chunk entry, dropped by ``_node`` when the node changes: a
+    # chunk is rewritten whenever any of its nodes changes, and replies to a big job
+    # land all over it, so rows are encoded once per change, not once per rewrite.
+    _rows: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _window: Window | None = field(default=None, init=False, repr=False, compare=False)
+    _floor_ms: int = field(default=0, init=False, repr=False, compare=False)  # see ``rearm``
+    # Started right after a takeover: the targets not heard yet (``awaiting.py``).
+    _unheard: Unheard = field(default_factory=Unheard, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._counts.update(record.state for record in self.nodes.values())
+        spec = BatchSpec.from_options(self.options)
+        if spec is not None:
+            self._window = Window(spec)
+            rows = ((name, r.state, r.turn_ms, r.reason) for name, r in self.nodes.items())
+            self._window.rebuild(rows, self.run_timeout_ms)
+
+    @classmethod
+    def new(
+        cls,
+        job_id: str,
+        command: str,
+        nodes: Iterable[str],
+        now_ms: int,
+        *,
+        quorum: Quorum | None = None,
+        vote_timeout_ms: int = 30_000,
+        run_timeout_ms: int = 3_600_000,
+        options: dict[str, Any] | None = None,
+        requested_by: str = "",
+    ) -> Job:
+        names = list(dict.fromkeys(nodes))
+        if not names:
+            raise StateError("a job needs at least one node")
+        return cls(
+            job_id=job_id,
+            command=command,
+            nodes={name: NodeRecord(changed_ms=now_ms) for name in names},
+            quorum=quorum or Quorum(),
+            vote_timeout_ms=vote_timeout_ms,
+            run_timeout_ms=run_timeout_ms,
+            options=options or {},
+            requested_by=requested_by,
+            created_ms=now_ms,
+        )
+
+    # --- the two tables ----------------------------------------------------------------
+
+    def _job(self, event: JobEvent, now_ms: int, out: list[Effect]) -> None:
+        new = JOB_TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise StateError(f"job {self.job_id}: cannot {event} while {self.state}")
+        out.append(JobChanged(self.job_id, self.state, new, now_ms))
+        self.state = new
+        if new in TERMINAL_JOB_STATES:
+            self.finished_ms = now_ms
+            self._rows.clear()  # written at most once more: a kept finished job holds no cache
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def start(
+        self,
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
+    ) -> list[Effect]:
+        """Begin voting: offline targets are unavailable, the others get a commit; the
+        ``unheard`` ones (after a takeover) are waited for until ``unheard_until_ms``."""
+        if self.state is not JobState.NEW:
+            raise StateError(f"job {self.job_id}: cannot start while {self.state}")
+        alive = set(online)
+        out: list[Effect] = []
+        self._job(JobEvent.START, now_ms, out)
+        self.started_ms = now_ms
+        waited = (name for name in unheard if name not in alive)
+        deadline_ms = self._await(waited, unheard_until_ms, now_ms + self.vote_timeout_ms)
+        self.vote_deadline_ms = deadline_ms
+        for name in self.nodes:
+            if name not in alive and not self.awaits(name):
+                self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
+        for name, record in self.nodes.items():
+            if record.state is NodeState.NEW and not self.awaits(name):
+                out.append(Send("commit", self.job_id, name))
+        self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    def ack_commit(self, node: str, now_ms: int) -> list[Effect]:
+        record = self.nodes.get(node)
+        if record is not None and record.state is NodeState.WAITING:
+            return []  # the answer to a held commit repeated (``batch.HOLD_REFRESH_MS``)
+        return self._vote(node, NodeEvent.ACK_COMMIT, now_ms, "")
+
+    def nack_commit(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._vote(node, NodeEvent.NACK_COMMIT, now_ms, reason)
+
+    def _vote(self, node: str, event: NodeEvent, now_ms: int, reason: str) -> list[Effect]:
+        if self.state is not JobState.VOTING:
+            raise StateError(f"job {self.job_id}: vote from {node} while {self.state}")
+        out: list[Effect] = []
+        self._node(node, event, now_ms, out, reason=reason)
+        self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    def ack_run(self, node: str, now_ms: int) -> list[Effect]:
+        self._require_running(node)
+        out: list[Effect] = []
+        self._node(node, NodeEvent.ACK_RUN, now_ms, out)
+        return out
+
+    def nack_run(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.NACK_RUN, now_ms, None, reason)
+
+    def succeeded(self, node: str, now_ms: int, exit_status: int = 0) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.SUCCEEDED, now_ms, exit_status, "")
+
+    def failed(self, node: str, now_ms: int, exit_status: int | None, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.FAILED, now_ms, exit_status, reason)
+
+    def aborted(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        return self._finish_node(node, NodeEvent.ABORTED, now_ms, None, reason)
+
+    def node_lost(
+        self, node: str, now_ms: int, reason: str, *, restarted: bool = False
+    ) -> list[Effect]:
+        """The node went offline or restarted: in-flight means crashed. Gone silent (not
+        restarted, which kills its job), a batch node keeps its slot (``batch.py``)."""
+        record = self.nodes.get(node)
+        if record is None or record.state in TERMINAL_NODE_STATES:
+            return []
+        if self.state not in (JobState.VOTING, JobState.RUNNING):
+            return []
+        out: list[Effect] = []
+        if not restarted:
+            self._hold_slot(node)
+        # One this leader has yet to hear from was never asked to commit: not crashed.
+        event = NodeEvent.UNHEARD if self._unawait(node) else NodeEvent.LOST
+        self._node(node, event, now_ms, out, reason=reason)
+        if self.state is JobState.VOTING:
+            self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        else:
+            self._advance(now_ms, out)
+            self._maybe_complete(now_ms, out)
+        return out
+
+    def release_slot(self, node: str, now_ms: int) -> list[Effect]:
+        """``node``, lost in flight, is heard not running this job: its slot frees."""
+        if self._window is None or self._window.lost.pop(node, None) is None:
+            return []
+        out: list[Effect] = []
+        if self.state is JobState.RUNNING:
+            self._advance(now_ms, out)
+            self._maybe_complete(now_ms, out)
+        return out
+
+    def abort(self, now_ms: int, reason: str = "abort requested") -> list[Effect]:
+        out: list[Effect] = []
+        self._job(JobEvent.ABORT, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.ABORT, now_ms, out, reason=reason)
+                if self.started_ms is not None:  # only a started job sent commits
+                    out.append(Send("abort", self.job_id, name))
+        return out
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Apply the vote or run deadline if it has passed by ``now_ms``."""
+        out: list[Effect] = []
+        deadline = self.next_deadline_ms()
+        if deadline is None or now_ms < deadline:
+            return out
+        if self.state is JobState.VOTING:
+            self._hear_no_more(now_ms, out)
+            passed = now_ms >= (self.vote_deadline_ms or 0)
+            self._maybe_end_voting(now_ms, out, deadline_passed=passed)
+            return out
+        if self._window is not None:  # per-node run deadlines, and the next start
+            self._batch_tick(self._window, now_ms, out)
+            self._maybe_complete(now_ms, out)
+            return out
+        self._job(JobEvent.TIMEOUT, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
+                out.append(Send("abort", self.job_id, name))
+        return out
+
+    def crash(self, now_ms: int, reason: str) -> list[Effect]:
+        """The server cannot carry the job on (e.g. its snapshot could not be restored)."""
+        out: list[Effect] = []
+        self._job(JobEvent.CRASH, now_ms, out)
+        for name, record in self.nodes.items():
+            if record.state not in TERMINAL_NODE_STATES:
+                self._node(name, NodeEvent.LOST, now_ms, out, reason=reason)
+                out.append(Send("abort", self.job_id, name))
+        return out
+
+    # --- derived ------------------------------------------------------------------------
+
+    def rearm(self, earliest_ms: int) -> None:
+        """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover)."""
+        if self.state is JobState.VOTING and (self.vote_deadline_ms or 0) < earliest_ms:
+            self.vote_deadline_ms = earliest_ms
+        elif self._window is not None:
+            self._floor_ms = earliest_ms  # per-node deadlines: none falls before this
+        elif self.state is JobState.RUNNING and (self.run_deadline_ms or 0) < earliest_ms:
+            self.run_deadline_ms = earliest_ms
+
+    def next_deadline_ms(self) -> int | None:
+        if self.state is JobState.VOTING:
+            return self._voting_deadline_ms()
+        if self.state is not JobState.RUNNING:
+            return None
+        if self._window is None:
+            return self.run_deadline_ms
+        return self._batch_deadline_ms(self._window)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+    def count(self, state: NodeState) -> int:
+        return self._counts[state]
+
+    def all_succeeded(self) -> bool:
+        return self._counts[NodeState.SUCCEEDED] == len(self.nodes)
+
+    @classmethod
+    def restore(cls, snap: Mapping[str, Any]) -> Job:
+        """Rebuild a job from ``snapshot()``; KeyError/ValueError on a damaged snapshot."""
+        return cls(
+            job_id=snap["job_id"],
+            command=snap["command"],
+            nodes={name: _node_from_json(n) for name, n in snap["nodes"].items()},
+            quorum=Quorum.parse(snap["quorum"]),
+            vote_timeout_ms=snap["vote_timeout_ms"],
+            run_timeout_ms=snap["run_timeout_ms"],
+            options=dict(snap["options"]),
+            requested_by=snap["requested_by"],
+            state=JobState(snap["state"]),
+            created_ms=snap["created_ms"],
+            started_ms=snap["started_ms"],
+            vote_deadline_ms=snap["vote_deadline_ms"],
+            run_started_ms=snap["run_started_ms"],
+            run_deadline_ms=snap["run_deadline_ms"],
+            finished_ms=snap["finished_ms"],
+            chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
+        )
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _require_running(self, node: str) -> None:
+        if self.state is not JobState.RUNNING:
+            raise StateError(f"job {self.job_id}: run reply from {node} while {self.state}")
+
+    def _finish_node(
+        self, node: str, event: NodeEvent, now_ms: int, exit_status: int | None, reason: str
+    ) -> list[Effect]:
+        self._require_running(node)
+        out: list[Effect] = []
+        self._node(node, event, now_ms, out, exit_status=exit_status, reason=reason)
+        self._advance(now_ms, out)
+        self._maybe_complete(now_ms, out)
+        return out
+
+    def _maybe_end_voting(self, now_ms: int, out: list[Effect], *, deadline_passed: bool) -> None:
+        if self._counts[NodeState.NEW] and not deadline_passed:
+            return
+        waiting = [n for n, r in self.nodes.items() if r.state is NodeState.NEW]
+        for name in waiting:
+            self._node(name, NodeEvent.NO_VOTE, now_ms, out, reason="no vote before the deadline")
+            out.append(Send("abort", self.job_id, name))  # in case its commit arrives late
+        ready = [n for n, r in self.nodes.items() if r.state is NodeState.READY]
+        if ready and len(ready) >= self.quorum.required(len(self.nodes)):
+            self._job(JobEvent.QUORUM_MET, now_ms, out)
+            self.run_started_ms = now_ms
+            if self._window is None:
+                self.run_deadline_ms = now_ms + self.run_timeout_ms
+                out.extend(Send("run", self.job_id, name) for name in ready)
+                return
+            for name in ready:
+                self._node(name, NodeEvent.WAIT_TURN, now_ms, out)
+                self._window.wait(name, now_ms)
+            self._advance(now_ms, out)
+            self._maybe_complete(now_ms, out)
+            return
+        self._job(JobEvent.QUORUM_MISSED, now_ms, out)
+        for name in ready:
+            self._node(name, NodeEvent.QUORUM_LOST, now_ms, out, reason="quorum failed")
+            out.append(Send("abort", self.job_id, name))
+
+    def _maybe_complete(self, now_ms: int, out: list[Effect]) -> None:
+        c = self._counts
+        unfinished = (NodeState.NEW, NodeState.READY, NodeState.RUNNING, NodeState.WAITING)
+        if not any(c[state] for state in unfinished):
+            halted = c[NodeState.SKIPPED] > 0  # only a spent failure budget skips nodes
+            self._job(JobEvent.HALT if halted else JobEvent.ALL_DONE, now_ms, out)

@@ -1,0 +1,344 @@
+"""Job effects: the coordinator of a leader, fed from every side, and its log-first flush.
+
+Theory of operation. Node intake, the API and time hand their inputs here; the pure
+coordinator answers with changes (to persist) and sends (to deliver), which pile up until
+``flush``. A flush writes the changed jobs' snapshot chunks to ``assignments`` and the
+events to ``events`` in batched durable writes, and only then sends the commands: a
+command on the wire always follows its durable cause. A start or abort request is written
+to ``commands`` before the coordinator hears of it.
+
+A job whose snapshot cannot be encoded (a value only a bug puts there: checks at the
+start refuse what cannot be recorded, ``records.refuse_unrecordable``) does not stop the
+flush: it is ended ``crashed``, its nodes told to abort and nothing else of it sent, and
+written with the value as its ``repr`` (``_unrecordable``); the other jobs go on.
+
+Standing by (the lease lost, or a write fenced) empties this: a new coordinator, nothing
+pending; the jobs now belong to the new leader. Taking over fills it from the log
+(``takeover.py``).
+
+For the takeover's grace (the full offline window every node gets, ``grace_ms``) the
+fleet is still moving here: a job started then waits for the targets this leader has not
+heard yet (``awaiting.py``) rather than finding them ``unavailable``, and its selectors
+match the nodes known before the takeover (those of the jobs in the log, and the
+registered ones ``known_nodes`` lists) as well as those heard since.
+
+Killed at any line: what was not flushed was never acted on (no command left before its
+cause was durable), and the next leader rebuilds from what was.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from pushjobs.api import methods
+from pushjobs.errors import ApiError
+from pushjobs.log.topics import TopicNames
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import Message
+from server.core import records
+from server.core.coordinator import Change, Coordinator
+from server.core.effects import Send
+from server.core.jobparams import JobRequest
+from server.core.nodetable import NodeTable
+from server.core.targeting import select
+from server.shell.commands import ASKED_KEEP_MS, CommandSender
+from server.shell.leadership import Leadership
+from server.shell.recovery import recover
+from server.shell.serverconfig import JobSettings
+from server.shell.takeover import take_over
+
+log = logging.getLogger("pushjobs.server")
+
+
+class Jobs:
+    def __init__(
+        self,
+        settings: JobSettings,
+        leadership: Leadership,
+        *,
+        topics: TopicNames,
+        sender: CommandSender,
+        nodes: NodeTable,
+        liveness: LivenessTracker,
+        server_name: str,
+        registered: Callable[[str], bool],
+        known_nodes: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.leadership = leadership
+        self.topics = topics
+        self.sender = sender
+        self.nodes = nodes
+        self.liveness = liveness
+        self.server_name = server_name
+        self.registered = registered  # a node name the key registry knows
+        self.known_nodes = known_nodes  # the registry's node names, when it can list them
+        # The takeover's grace (wall ms), the nodes heard since, the nodes known before.
+        self.grace_until_ms: int | None = None
+        self.heard: set[str] = set()
+        self.known_before: set[str] = set()
+        self.coordinator = self._new_coordinator()
+        self.changes: list[Change] = []
+        self.node_records: list[tuple[str, bytes]] = []
+        self.sends: list[Send] = []
+        self.stopping = False
+        # Jobs ended because their snapshot could not be encoded: how many, and the ids of
+        # those the coordinator still holds (each logged and counted once).
+        self.unrecordable = 0
+        self.unrecordable_ids: set[str] = set()
+
+    def _new_coordinator(self) -> Coordinator:
+        return Coordinator(
+            self.settings.keep_finished,
+            self.settings.keep_finished_nodes,
+            self.settings.keep_finished_option_bytes,
+            self.settings.keep_finished_output_bytes,
+        )
+
+    # --- leadership -------------------------------------------------------------------------
+
+    def stand_by(self) -> None:
+        self.coordinator = self._new_coordinator()
+        self.unrecordable_ids.clear()
+        self._end_grace()
+        self.changes.clear()
+        self.sends.clear()
+
+    def take_over(
+        self, standby_replies: deque[Message], now_ms: int, grace_ms: int
+    ) -> set[str] | None:
+        """Rebuild from the log; the nodes to wait for, or None if deposed at once."""
+        found = recover(self.leadership.log, self.topics)
+        # A schedule's fire written but not started is the scheduler's to start (its job id
+        # is derived, the start idempotent), once the nodes are back: not ended here.
+        found.unstarted = [r for r in found.unstarted if "schedule_id" not in r]
+        self.coordinator = self._new_coordinator()
+        done = take_over(self.coordinator, found, standby_replies, now_ms, grace_ms)
+        self.changes += done.changes
+        try:
+            self.leadership.append(self.topics.assignments, done.rewrite)
+        except ApiError:
+            return None  # deposed at once: leadership stood this server by
+        log.info(
+            "leader with epoch %d: %d jobs restored (%d active), %d damaged",
+            self.leadership.epoch or -1,
+            len(found.jobs),
+            done.active,
+            len(found.damaged),
+        )
+        self.grace_until_ms = now_ms + grace_ms
+        self.heard = set()
+        self.known_before = {name for job, _ in found.jobs for name in job.nodes}
+        return done.unfinished_nodes
+
+    def _end_grace(self) -> None:
+        self.grace_until_ms = None
+        self.heard = set()
+        self.known_before = set()
+
+    def _unheard(self, now_ms: int) -> set[str] | None:
+        """During the takeover's grace, the nodes known before it that this leader has
+        not heard yet (registered ones only); None once the grace is over."""
+        if self.grace_until_ms is None:
+            return None
+        if now_ms >= self.grace_until_ms:
+            self._end_grace()
+            return None
+        listed = self.known_nodes() if self.known_nodes is not None else ()
+        return {
+            name
+            for name in itertools.chain(self.known_before, listed)
+            if name not in self.heard
+            and not self.liveness.is_online(name)
+            and self.registered(name)
+        }
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def reply(self, message: Message, now_ms: int) -> None:
+        self.changes += self.coordinator.reply(message, now_ms)
+
+    def node_lost(self, node: str, now_ms: int, reason: str, *, restarted: bool = False) -> None:
+        if self.leadership.leader:
+            self.changes += self.coordinator.node_lost(node, now_ms, reason, restarted=restarted)
+
+    def node_online(self, node: str) -> None:
+        if self.grace_until_ms is not None:
+            self.heard.add(node)
+        if self.leadership.leader:
+            self.sends += self.coordinator.node_online(node)
+
+    def node_event(self, record: tuple[str, bytes]) -> None:
+        self.node_records.append(record)
+
+    def heartbeat(
+        self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int, now_ms: int
+    ) -> None:
+        """Send again what a heartbeat shows never arrived, release a commit the node
+        holds for a job that no longer wants it (see ``commands.py``), and a batch slot it
+        kept since it was lost while in flight."""
+        if not self.leadership.leader:
+            return
+        coordinator = self.coordinator
+        self.changes += coordinator.heard(node, busy_with, busy_state, now_ms)
+        sends = coordinator.unreported(node, busy_with, busy_state)
+        stale = coordinator.stale_hold(node, busy_with, busy_state)
+        if stale is not None:
+            sends.append(stale)
+        for send in sends:
+            if self.sender.due_again(send, beat_ms):
+                self.sends.append(send)
+
+    def tick(self, now_ms: int) -> None:
+        if self.leadership.leader:
+            self.changes += self.coordinator.tick(now_ms)
+
+    def forget_sent(self, now_ms: int) -> None:
+        self.sender.forget(now_ms - ASKED_KEEP_MS)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        request: JobRequest,
+        caller: str,
+        now_ms: int,
+        *,
+        job_id: str | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """Start a job; with ``job_id`` given (a schedule's fire), a job id this leader
+        already has is answered with that job, never started twice."""
+        if self.stopping:
+            raise ApiError("the server is stopping", code=methods.NOT_LEADER)
+        if job_id is not None and job_id in self.coordinator.jobs:
+            return job_id
+        unheard = self._unheard(now_ms)
+        targets = select(
+            request.selectors,
+            self.nodes.facts(),
+            exists=self.registered,
+            unheard=sorted(unheard or ()),
+        )
+        if len(targets) > self.settings.max_nodes:
+            raise ApiError(
+                f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
+                code=methods.BAD_REQUEST,
+            )
+        job_id = job_id or f"{now_ms:x}{secrets.token_hex(4)}"
+        run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
+        vote_timeout_s = request.vote_timeout_s or self.settings.vote_timeout_s
+        command = {
+            "type": "start",
+            "job_id": job_id,
+            "command": request.command,
+            "targets": targets,
+            "quorum": str(request.quorum),
+            "run_timeout_s": run_timeout_s,
+            "vote_timeout_s": vote_timeout_s,
+            "options": request.options,
+            "requested_by": caller,
+            "created_ms": now_ms,
+        }
+        if schedule_id is not None:
+            command["schedule_id"] = schedule_id
+        # Refused before it is written: read back at every restart, it would fail again.
+        records.refuse_unrecordable(now_ms, vote_timeout_s, run_timeout_s, request.options)
+        # The request is durable before anything acts on it.
+        self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
+        self.changes += self.coordinator.submit(
+            job_id,
+            request.command,
+            targets,
+            self.liveness.online_peers(),
+            now_ms,
+            quorum=request.quorum,
+            vote_timeout_ms=round(vote_timeout_s * 1000),
+            run_timeout_ms=round(run_timeout_s * 1000),
+            options=request.options,
+            requested_by=caller,
+            unheard=self._awaited(targets, unheard),
+            unheard_until_ms=self.grace_until_ms,
+        )
+        log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
+        return job_id
+
+    def _awaited(self, targets: list[str], unheard: set[str] | None) -> list[str]:
+        """Of ``targets``, those to wait for: not heard since the takeover, in its grace."""
+        if unheard is None:
+            return []
+        return [
+            name for name in targets if name not in self.heard and not self.liveness.is_online(name)
+        ]
+
+    def abort(self, job_id: str, caller: str, now_ms: int) -> None:
+        record = {"type": "abort", "job_id": job_id, "requested_by": caller}
+        self.leadership.append(self.topics.commands, [records.command_record(job_id, record)])
+        self.changes += self.coordinator.abort(job_id, now_ms, f"aborted by {caller}")
+
+    # --- persistence, then effects ----------------------------------------------------------
+
+    def flush(self, now_ms: int) -> None:
+        changes, self.changes = self.changes, []
+        node_records, self.node_records = self.node_records, []
+        if changes or node_records:
+            snapshots = self._snapshots(changes, now_ms)
+            events = records.job_events(changes, self.coordinator.jobs, self.server_name)
+            events += node_records
+            try:
+                if snapshots:
+                    self.leadership.append(self.topics.assignments, snapshots)
+                if events and self.leadership.leader:
+                    self.leadership.append(self.topics.events, events)
+            except ApiError:
+                self.sends.clear()  # deposed: the new leader owns these jobs now
+        sends = [c for c in changes if isinstance(c, Send)] + self.sends
+        self.sends = []
+        if self.leadership.leader:
+            for send in sends:
+                self.sender.send(send, self.coordinator.jobs.get(send.job_id), now_ms)
+            # A commit too large for its node's channel: that node votes no, written and
+            # acted on now (a no vote sends no commit: this goes one level deep at most).
+            for (job_id, node), why in self.sender.take_undeliverable().items():
+                self.changes += self.coordinator.undeliverable(job_id, node, now_ms, why)
+            if self.changes:
+                self.flush(now_ms)
+
+    def _snapshots(self, changes: list[Change], now_ms: int) -> list[tuple[str, bytes]]:
+        """The changed jobs' snapshot records; a job whose snapshot cannot be encoded (only
+        a bug puts such a value in a job) is ended (``_unrecordable``), the others go on."""
+        jobs, versions = self.coordinator.jobs, self.coordinator.versions
+        out: list[tuple[str, bytes]] = []
+        for job_id, chunks in records.touched_chunks(changes, jobs).items():
+            try:
+                out += records.snapshot_records(jobs[job_id], versions.get(job_id, 0), chunks)
+            except records.UNENCODABLE as exc:
+                out += self._unrecordable(job_id, exc, changes, now_ms)
+        return out
+
+    def _unrecordable(
+        self, job_id: str, exc: Exception, changes: list[Change], now_ms: int
+    ) -> list[tuple[str, bytes]]:
+        """End a job whose snapshot cannot be encoded ``crashed`` (its nodes told to abort)
+        and write it with what cannot be encoded as its ``repr``: left running, it could
+        not be written again, nor would what a successor restores be what ran; written
+        as it is, an active job with a value of the wrong type could stop a successor."""
+        job = self.coordinator.jobs[job_id]
+        if job_id not in self.unrecordable_ids:
+            self.unrecordable += 1
+            log.error("job %s: its state cannot be recorded (%s); ended crashed", job_id, exc)
+            self.unrecordable_ids &= self.coordinator.jobs.keys()
+            self.unrecordable_ids.add(job_id)
+        if not job.finished:
+            # What it was to be sent followed a change that is not written: only the
+            # crash's aborts go.
+            changes[:] = [c for c in changes if not (isinstance(c, Send) and c.job_id == job_id)]
+            self.sends = [send for send in self.sends if send.job_id != job_id]
+            changes += self.coordinator.crash(
+                job_id, now_ms, f"the server cannot record this job: {exc}"
+            )
+        return records.snapshot_records(job, self.coordinator.versions.get(job_id, 0), as_repr=True)

@@ -1,0 +1,294 @@
+"""Membership: every server of an installation, its role and its endpoints (Shiva's ``control``).
+
+Theory of operation. Each server appends one record about itself to the compacted
+``control`` topic every lease renewal (a third of a session): key
+``server:<name>:<incarnation>``, value ``{name, incarnation, role, epoch, api, heartbeat,
+reply, ts}`` with the endpoints it advertises and its wall time. The leader's record is
+the ping, a standby's the pong; nobody answers anybody, so a server that stops writing
+is simply forgotten once its record is stale. The same turn reads what the others wrote
+since the offset last read and folds it (``Roster``, pure): the latest record per key, a
+tombstone removing it. A server stopped cleanly (SIGTERM) writes its tombstone.
+``server.list`` reads the topic too (``rows``), so a server that just started is listed
+at once, not at the next renewal.
+
+Who leads, as far as the control topic knows (``Roster.leader``): of the records younger
+than ``stale_ms`` (1.5 lease sessions: a leader writes every third of one, and its lease
+is surely gone a session after its last poll) whose role is ``leader``, the one with the
+highest epoch, then the newest. A standby names that server's API endpoint to the agents
+and clients it refuses; it never names itself, and when it knows of no
+leader (just deposed, or woken from a pause) it reads the topic again before it answers,
+at most once per renewal period (``leader_api``). This is advice, not authority: the
+lease and the epoch fence decide who leads, and a client sent to a server that is no
+longer the leader is told so again.
+
+Writes to ``control`` are unfenced (``Leadership.unfenced``): a standby must say it is
+there. The leader's own record does carry its fence, so a deposed leader's late claim is
+refused like any other of its writes. A write or read that fails (a log outage) is
+logged once and retried at the next renewal; the roster keeps what it knew.
+
+Killed at any line: nothing is lost that matters. A killed server leaves no tombstone;
+its record goes stale after ``stale_ms`` and the topic's short retention drops it. A
+restarted server is a new incarnation (a new key) and reads the topic from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from pushjobs.clock import Clock
+from pushjobs.errors import ApiError, LogError
+from pushjobs.log.base import OrderedLog
+from server.shell.leadership import Leadership
+
+log = logging.getLogger("pushjobs.server")
+
+LEADER, STANDBY = "leader", "standby"
+STALE_SESSIONS = 1.5  # a record older than this many lease sessions is not believed
+READ_BATCH = 1000
+# ``server.list`` reads what was written since the last read, at most this often: a new
+# server is listed as soon as it wrote its record, not at the next renewal, and a client
+# asking in a loop costs one read (a few µs on SQLite, a round trip on Kafka) per 0.1 s.
+LIST_READ_EVERY_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One server as its own latest record on the control topic describes it."""
+
+    name: str
+    incarnation: str
+    role: str  # LEADER or STANDBY
+    epoch: int | None  # the leader's fencing epoch; None for a standby
+    api: str
+    heartbeat: str
+    reply: str
+    ts: int  # wall ms when written
+
+    @property
+    def key(self) -> str:
+        return record_key(self.name, self.incarnation)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+
+def advertised_api(bound: str, host: str) -> str:
+    """The API endpoint other servers name to clients and agents: ``bound`` with its host
+    replaced by ``host`` when set, or by this machine's name when it binds every interface
+    (where a node or a CLI reaches it is not known here, its name is the best guess)."""
+    host = host or (socket.getfqdn() if re.match(r"tcp://(0\.0\.0\.0|\*|\[::\]):", bound) else "")
+    return re.sub(r"^tcp://(\[[^]]*\]|[^:]+):", f"tcp://{host}:", bound) if host else bound
+
+
+def record_key(name: str, incarnation: str) -> str:
+    return f"server:{name}:{incarnation}"
+
+
+_TEXT = ("name", "incarnation", "role", "api", "heartbeat", "reply")
+
+
+def decode(value: bytes) -> Member:
+    """A record's value as a ``Member``; ``ValueError`` if it is not one."""
+    try:
+        raw = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    if any(type(raw.get(k)) is not str for k in _TEXT) or raw["role"] not in (LEADER, STANDBY):
+        raise ValueError("a name, incarnation, role or endpoint is missing or not text")
+    epoch, ts = raw.get("epoch"), raw.get("ts")
+    if type(ts) is not int or (epoch is not None and type(epoch) is not int):
+        raise ValueError("ts or epoch is not an integer")
+    return Member(**{k: raw[k] for k in _TEXT}, epoch=epoch, ts=ts)
+
+
+class Roster:
+    """The latest record of every server, folded from the control topic. Pure."""
+
+    def __init__(self, stale_ms: int) -> None:
+        self.stale_ms = stale_ms
+        self.members: dict[str, Member] = {}
+        self.bad = 0  # records that were not a member's: counted and skipped
+
+    def apply(self, key: str, value: bytes | None) -> None:
+        if value is None:
+            self.members.pop(key, None)
+            return
+        try:
+            member = decode(value)
+        except ValueError as exc:
+            self.bad += 1
+            log.debug("control record %s skipped: %s", key, exc)
+            return
+        if member.key != key:
+            self.bad += 1
+            return
+        self.members[key] = member
+
+    def fresh(self, member: Member, now_ms: int) -> bool:
+        return now_ms - member.ts <= self.stale_ms
+
+    def leader(self, now_ms: int, *, besides: str | None = None) -> Member | None:
+        """The leader as the records tell it (not ``besides``, an incarnation); None if no
+        fresh record claims to lead."""
+        claims = [
+            m
+            for m in self.members.values()
+            if m.role == LEADER and m.incarnation != besides and self.fresh(m, now_ms)
+        ]
+        return max(claims, key=lambda m: (m.epoch or 0, m.ts), default=None)
+
+    def rows(self, now_ms: int) -> list[dict[str, Any]]:
+        """Every server known, leader first, then by name and incarnation."""
+        leader = self.leader(now_ms)
+        out: list[dict[str, Any]] = []
+        for m in self.members.values():
+            role = m.role if self.fresh(m, now_ms) else "gone"
+            if m.role == LEADER and (leader is None or m.key != leader.key):
+                role = "deposed" if self.fresh(m, now_ms) else "gone"
+            out.append(
+                {
+                    "name": m.name,
+                    "incarnation": m.incarnation,
+                    "role": role,
+                    "epoch": m.epoch,
+                    "last_pong_ms_ago": max(0, now_ms - m.ts),
+                    "api": m.api,
+                    "heartbeat": m.heartbeat,
+                    "reply": m.reply,
+                }
+            )
+        order = {LEADER: 0, STANDBY: 1, "deposed": 2, "gone": 3}
+        out.sort(key=lambda r: (order[r["role"]], r["name"], r["incarnation"]))
+        return out
+
+
+class Membership:
+    """This server's part in the control topic: its record written, everyone's read."""
+
+    def __init__(
+        self,
+        leadership: Leadership,
+        name: str,
+        incarnation: str,
+        endpoints: dict[str, str],
+        clock: Clock,
+    ) -> None:
+        self.leadership = leadership
+        self.log: OrderedLog = leadership.log
+        if leadership.control_topic is None:
+            raise ValueError("membership needs a leadership that knows the control topic")
+        self.topic = leadership.control_topic
+        self.name = name
+        self.incarnation = incarnation
+        self.endpoints = endpoints  # api, heartbeat, reply: as advertised
+        self.clock = clock
+        self.roster = Roster(round(STALE_SESSIONS * leadership.session_s * 1000))
+        self.offset = 0
+        self.failing = False
+        self.next_lookup = 0.0  # monotonic: when ``leader_api`` may read the topic again
+        self.next_list_read = 0.0  # monotonic: when ``rows`` may read the topic again
+
+    @classmethod
+    def reader(cls, leadership: Leadership, clock: Clock) -> Membership | None:
+        """A view of the control topic that writes nothing, this server known by the name
+        and incarnation of its lease (``NAME:INCARNATION@HOST/PID``); None if the lease
+        does not say them."""
+        name, _, incarnation = leadership.member.member_id.rpartition("@")[0].partition(":")
+        if leadership.control_topic is None or not name or not incarnation:
+            return None
+        return cls(leadership, name, incarnation, {}, clock)
+
+    def me(self, now_ms: int) -> Member:
+        leader = self.leadership.leader
+        return Member(
+            name=self.name,
+            incarnation=self.incarnation,
+            role=LEADER if leader else STANDBY,
+            epoch=self.leadership.epoch,
+            api=self.endpoints["api"],
+            heartbeat=self.endpoints["heartbeat"],
+            reply=self.endpoints["reply"],
+            ts=now_ms,
+        )
+
+    def beat(self) -> None:
+        """Write this server's record, then read everyone's since last time."""
+        now_ms = self.clock.wall_ms()
+        me = self.me(now_ms)
+        try:
+            self.leadership.append(self.topic, [(me.key, me.encode())])
+            self.read()
+        except (LogError, ApiError) as exc:
+            if not self.failing:
+                log.warning("server membership: the control topic failed: %s; retrying", exc)
+            self.failing = True
+            return
+        if self.failing:
+            log.info("server membership: the control topic works again")
+        self.failing = False
+        self.roster.apply(me.key, me.encode())  # this server as it is now, read or not
+
+    def read(self) -> None:
+        end = self.log.end_offset(self.topic)
+        while self.offset < end:
+            batch = self.log.read(self.topic, self.offset, READ_BATCH)
+            if not batch:
+                break
+            for record in batch:
+                self.roster.apply(record.key, record.value)
+            self.offset = batch[-1].offset + 1
+
+    def leader_api(self) -> str | None:
+        """Where the leader's API is, as the control topic tells it; None if this server
+        leads or no other server is known to."""
+        if self.leadership.leader:
+            return None
+        found = self.roster.leader(self.clock.wall_ms(), besides=self.incarnation)
+        if found is None and self.clock.monotonic() >= self.next_lookup:
+            # Just deposed, or woken from a pause: what the others wrote since the last
+            # renewal may say; asked at most once per renewal period, whoever is asking.
+            self.next_lookup = self.clock.monotonic() + self.leadership.session_s / 3
+            try:
+                self.read()
+            except LogError:
+                return None
+            found = self.roster.leader(self.clock.wall_ms(), besides=self.incarnation)
+        return found.api if found is not None else None
+
+    def live(self) -> list[str]:
+        """Every server whose record is fresh (this one too), as ``name:incarnation``: what
+        the schedule partitions are assigned over (``shell/schedpartitions.py``)."""
+        now_ms = self.clock.wall_ms()
+        fresh = {
+            f"{m.name}:{m.incarnation}"
+            for m in self.roster.members.values()
+            if self.roster.fresh(m, now_ms)
+        }
+        return sorted(fresh | {f"{self.name}:{self.incarnation}"})
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every server known, as the topic says now (``LIST_READ_EVERY_S``)."""
+        if self.clock.monotonic() >= self.next_list_read:
+            self.next_list_read = self.clock.monotonic() + LIST_READ_EVERY_S
+            # A log that fails: the roster as last read (the next renewal logs it).
+            with contextlib.suppress(LogError):
+                self.read()
+        now_ms = self.clock.wall_ms()
+        self.roster.apply(record_key(self.name, self.incarnation), self.me(now_ms).encode())
+        return self.roster.rows(now_ms)
+
+    def leave(self) -> None:
+        """A clean stop: this server's record removed (a tombstone), best effort."""
+        try:
+            self.leadership.append(self.topic, [(record_key(self.name, self.incarnation), None)])
+        except (LogError, ApiError) as exc:
+            log.warning("server membership: could not say goodbye on the control topic: %s", exc)

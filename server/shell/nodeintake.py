@@ -1,0 +1,168 @@
+"""Node intake and liveness: the reply channel read, verified and turned into node facts.
+
+Theory of operation. The daemon drains the reply socket in batches and hands each batch
+here. Every message is verified by the inbox (signature with the node's session key,
+replay window, size) before it is decoded; a bad one is a counted drop. A heartbeat feeds
+the node table (online at the threshold, restarted on a new incarnation) and asks job
+effects to re-send what the node shows it never got; any other message is a job reply,
+applied by the leader, kept for the next leader while no server leads.
+
+Liveness is judged here too: a node silent for the offline window goes offline, which
+crashes it in its active jobs. Silence is only evidence once the queue is read: a full
+batch means heartbeats are waiting that this server has not read (a 50,000-node job start,
+a GC pause), so expiry waits for a batch that is not full (counted ``expiry_deferred``).
+After a takeover, nodes that owe a result get a grace period to show up before they
+count as lost ("not seen since the server restarted"); a job started within that grace
+waits for the targets not heard yet in the same way (``awaiting.py``), and one lost here
+before it was heard is ``unavailable`` in that job, not ``crashed``.
+
+Killed at any line: nothing here is durable. Nodes start unknown on the next server and
+come online with their next heartbeats; results kept for a leader are re-sent by the
+agents after their next discovery (they journal every outcome).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import Message, NodeHeartbeat
+from server.core import records
+from server.core.batch import NODE_RESTARTED
+from server.core.nodetable import NodeOffline, NodeOnline, NodeRestarted, NodeTable
+from server.shell.leaderjobs import Jobs
+from server.shell.leadership import Leadership
+
+log = logging.getLogger("pushjobs.server")
+
+BATCH = 4096  # messages read from the reply socket per turn
+LAG_BUCKETS = 2001  # heartbeat send-to-tracker lag histogram: 1 ms buckets, the last is >= 2 s
+STANDBY_REPLIES = 100_000
+
+
+class NodeIntake:
+    def __init__(
+        self,
+        inbox: Inbox,
+        nodes: NodeTable,
+        *,
+        liveness: LivenessTracker,
+        jobs: Jobs,
+        leadership: Leadership,
+        server_name: str,
+    ) -> None:
+        self.inbox = inbox
+        self.nodes = nodes
+        self.liveness = liveness
+        self.jobs = jobs
+        self.leadership = leadership
+        self.server_name = server_name
+        self.backlog = False
+        self.standby_replies: deque[Message] = deque(maxlen=STANDBY_REPLIES)
+        self.heartbeat_lag_ms = [0] * LAG_BUCKETS
+        self.counters: Counter[str] = Counter()
+        self.awaited: set[str] = set()
+        self.awaited_until: float | None = None
+
+    # --- the reply channel --------------------------------------------------------------
+
+    def receive(self, batch: list[list[bytes]], now: float, now_ms: int) -> None:
+        # A full batch means more is queued: heartbeats this server has not read yet.
+        self.backlog = len(batch) >= BATCH
+        for frames in batch:
+            received = self.inbox.accept(frames, now_ms)
+            if received is None:
+                continue
+            msg = received.message
+            if isinstance(msg, NodeHeartbeat):
+                self._heartbeat(msg, received.restarted, now, now_ms)
+            elif self.leadership.leader:
+                self.jobs.reply(msg, now_ms)
+            else:
+                # No leader yet (a restart waiting for the old lease): keep results for it.
+                self.standby_replies.append(msg)
+
+    def idle(self) -> None:
+        """The reply socket had nothing this turn: no backlog."""
+        self.backlog = False
+
+    def _heartbeat(self, msg: NodeHeartbeat, restarted: bool, now: float, now_ms: int) -> None:
+        lag = now_ms - msg.timestamp
+        self.heartbeat_lag_ms[lag if 0 <= lag < LAG_BUCKETS else (0 if lag < 0 else -1)] += 1
+        events = self.nodes.heartbeat(
+            msg.sender,
+            msg.incarnation,
+            msg.command_endpoint,
+            msg.job_id,
+            msg.job_state,
+            restarted=restarted,
+            now=now,
+        )
+        for event in events:
+            if isinstance(event, NodeOnline):
+                self._online(event.node, now_ms)
+            elif isinstance(event, NodeRestarted):
+                self.jobs.node_lost(event.node, now_ms, NODE_RESTARTED, restarted=True)
+        self.jobs.heartbeat(msg.sender, msg.job_id, msg.job_state, msg.timestamp, now_ms)
+
+    def _online(self, node: str, now_ms: int) -> None:
+        self.counters["node_online"] += 1
+        log.info("node %s online", node)
+        self.jobs.node_event(records.node_event("node_online", node, now_ms, self.server_name))
+        self.jobs.node_online(node)
+
+    def offline(self, event: NodeOffline, now_ms: int, reason: str) -> None:
+        self.counters["node_offline"] += 1
+        log.info("node %s offline (%s)", event.node, reason)
+        self.jobs.node_event(
+            records.node_event("node_offline", event.node, now_ms, self.server_name, reason=reason)
+        )
+        self.jobs.node_lost(event.node, now_ms, reason)
+
+    def cut_off(self, node: str, now: float, now_ms: int, reason: str) -> None:
+        """The node may no longer be heard (its key was revoked): offline, lost to its jobs."""
+        went = self.nodes.cut_off(node, now)
+        if went is not None:
+            self.offline(went, now_ms, reason)
+        else:
+            self.jobs.node_lost(node, now_ms, reason)
+
+    # --- time ---------------------------------------------------------------------------
+
+    def expire(self, now: float, now_ms: int) -> None:
+        if self.backlog:
+            # Silence is only evidence once the queue is read: a server that fell behind
+            # must not call its own lag an outage.
+            self.counters["expiry_deferred"] += 1
+        else:
+            for offline in self.nodes.expire(now):
+                self.offline(offline, now_ms, "node went offline")
+        if self.awaited_until is not None and now >= self.awaited_until:
+            for name in self.awaited:
+                if not self.nodes.is_online(name):
+                    self.jobs.node_lost(name, now_ms, "not seen since the server restarted")
+            self.awaited.clear()
+            self.awaited_until = None
+
+    def expiry_due(self, now: float) -> bool:
+        """Whether some node's offline deadline has passed by ``now``."""
+        deadline = self.liveness.next_deadline()
+        return deadline is not None and deadline <= now
+
+    def stalled(self, blind_s: float) -> None:
+        """This server could not read for ``blind_s``: no silence of that long counts."""
+        self.counters["stalls"] += 1
+        self.liveness.stall(blind_s)
+        if self.awaited_until is not None:
+            self.awaited_until += blind_s
+
+    def await_nodes(self, names: set[str], until: float) -> None:
+        """After a takeover: ``names`` owe results; give them until ``until`` to show up."""
+        self.awaited = names
+        self.awaited_until = until if names else None
+
+    def next_deadline(self) -> float | None:
+        due = [d for d in (self.liveness.next_deadline(), self.awaited_until) if d is not None]
+        return min(due) if due else None

@@ -1,0 +1,69 @@
+"""Bootstrap from the ordered log: the jobs a new leader takes over.
+
+Every job's latest snapshot is in ``assignments``; a start request in ``commands`` with no
+snapshot means the previous leader died between accepting the request and starting it.
+A snapshot that cannot be restored is reported, never silently skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pushjobs.log.base import OrderedLog
+from pushjobs.log.topics import TopicNames
+from server.core.job import Job
+from server.core.records import CHUNK_KEY
+
+
+@dataclass(slots=True)
+class Recovered:
+    jobs: list[tuple[Job, int]] = field(default_factory=list)  # (job, version)
+    unstarted: list[dict[str, Any]] = field(default_factory=list)  # start requests
+    damaged: list[str] = field(default_factory=list)  # "key: problem"
+
+
+def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
+    out = Recovered()
+    headers: dict[str, bytes] = {}
+    chunks: dict[str, dict[int, bytes]] = {}
+    for key, record in log.latest(topics.assignments).items():
+        if record.value is None:
+            continue
+        base, sep, index = key.partition(CHUNK_KEY)
+        if not sep:
+            headers[key] = record.value
+        elif index.isdigit():
+            chunks.setdefault(base, {})[int(index)] = record.value
+        else:
+            out.damaged.append(f"{key}: not a snapshot key")
+    for key, value in headers.items():
+        try:
+            snap = orjson.loads(value)
+            if "nodes" not in snap:  # chunked: put the node table back together
+                parts = chunks.get(key, {})
+                missing = [i for i in range(int(snap["chunks"])) if i not in parts]
+                if missing:
+                    raise KeyError(f"node chunks {missing[:5]} missing")
+                nodes: dict[str, Any] = {}
+                for i in range(int(snap["chunks"])):
+                    nodes.update(orjson.loads(parts[i])["nodes"])
+                snap["nodes"] = nodes
+            out.jobs.append((Job.restore(snap), int(snap.get("version", 0))))
+        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+            out.damaged.append(f"{key}: {type(exc).__name__}: {exc}")
+    known = {f"job:{job.job_id}" for job, _ in out.jobs}
+    for key, record in log.latest(topics.commands).items():
+        if key in known or record.value is None:
+            continue
+        try:
+            request = orjson.loads(record.value)
+        except orjson.JSONDecodeError as exc:
+            out.damaged.append(f"{key}: {exc}")
+            continue
+        if isinstance(request, dict) and request.get("type") == "start":
+            out.unstarted.append(request)
+    out.jobs.sort(key=lambda pair: pair[0].created_ms)
+    return out

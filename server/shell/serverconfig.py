@@ -1,0 +1,218 @@
+"""The server's configuration: one TOML file (``pushjobs-server --config``), env overrides.
+
+    [server]
+    name = "server"                       # must be the name in key_file
+    key_file = "/etc/pushjobs/keys/server.key"
+    registry = "/var/lib/pushjobs/registry.json"   # imported once into the log's keys topic
+    key_store = "log"                       # or "file": the registry file stays the registry
+    api_bind = "tcp://127.0.0.1:7700"       # ROUTER, CurveZMQ: CLI and config discovery
+    heartbeat_bind = "tcp://127.0.0.1:7701" # PUB: signed server heartbeats
+    reply_bind = "tcp://127.0.0.1:7702"     # PULL, CurveZMQ: node heartbeats and replies
+    advertise_host = ""                     # host named to nodes (default: the bind host)
+    auto_accept = false
+    metrics_bind = "127.0.0.1:9464"         # Prometheus endpoint; port 0: any, "": off
+    schedule_partitions = 8                 # fixed in the log by the first server
+    [jobs]      vote_timeout_s, run_timeout_s
+    [liveness]  interval_s, offline_threshold, online_threshold
+    [protocol]  max_header_bytes, max_body_bytes, max_skew_s
+    [log]       backend, path, bootstrap_servers, topic_prefix, ...
+
+Every key has a default, so a file is optional; ``PUSHJOBS_SERVER__API_BIND=...`` and the
+like override it. Without ``--config``, ``/etc/pushjobs/server.toml`` is read when present
+(``$PUSHJOBS_CONFIG_DIR`` moves ``/etc/pushjobs``). A bind with port ``*``
+(``tcp://127.0.0.1:*``) takes any free port; the ready line names the one bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keys import files
+from keys.identity import PrivateIdentity
+from pushjobs import paths
+from pushjobs.config import LivenessSettings, ProtocolSettings
+from pushjobs.errors import ConfigError
+from pushjobs.log.factory import LogSettings
+from server.core.jobparams import MAX_SECONDS
+from server.core.schedshards import DEFAULT_PARTITIONS, MAX_PARTITIONS
+from server.shell.prometheus import parse_bind
+
+KEY_STORES = ("log", "file")
+CONFIG_FILE = "server.toml"
+"""Read from ``pushjobs.paths.config_dir()`` when no ``--config`` names a file."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSection:
+    name: str = "server"
+    key_file: Path | None = None
+    """The server's private key; default <home>/keys/<name>.key."""
+    registry: Path | None = None
+    """The key registry file; default $PUSHJOBS_KEY_REGISTRY, else <home>/registry.json.
+    With ``key_store = "log"`` it is imported once into the log and not read again."""
+    key_store: str = "log"
+    """Where the key registry lives: "log" (the ``keys`` topic, shared by every server of
+    the installation) or "file" (``registry``, for tools that edit the file while the
+    server runs)."""
+    api_bind: str = "tcp://127.0.0.1:7700"
+    heartbeat_bind: str = "tcp://127.0.0.1:7701"
+    reply_bind: str = "tcp://127.0.0.1:7702"
+    advertise_host: str = ""
+    auto_accept: bool = False
+    max_pending_keys: int = 1000
+    """Unknown node keys waiting for an admin, at most; more are refused until some are
+    accepted, rejected or deleted (anyone with the server's public key can ask)."""
+    max_pending_per_source: int = 100
+    """Pending keys one network address may add (a host rarely runs more agents)."""
+    max_api_connections_per_source: int = 32
+    """Open API connections one network address may hold before keys the server does not
+    know are refused from it (accepted keys never are, and count). Each may park ~0.7 MB
+    of requests: 32 strangers flooding from one host grew the server by ~35 MB."""
+    max_api_connections: int = 40
+    """Open API connections in all before keys the server does not know are refused: so
+    strangers from many addresses together park under ~50 MB (at most ~1.2 MB each,
+    measured). Known keys count but are never refused, so a busy moment (a fleet
+    rediscovering after a failover) only makes new keys wait and retry; raise it where
+    many unknown nodes enrol at once."""
+    config_lifetime_s: float = 3600.0
+    """How long a node's config (and its session key) lasts before it asks again."""
+    leader_session_s: float = 5.0
+    """A leader that stops renewing its claim loses it after this long."""
+    registry_check_s: float = 1.0
+    """How often the registry is checked for revoked keys."""
+    compact_every_s: float = 3600.0
+    """Apply compaction and retention to the log this often (0: never; see ``log compact``)."""
+    max_open_files: int = 1_048_576
+    """Raise the soft open-file limit towards this (capped by the hard limit)."""
+    metrics_bind: str = "127.0.0.1:9464"
+    """The Prometheus endpoint, host:port (port 0: any free port; "" turns it off)."""
+    schedule_partitions: int = DEFAULT_PARTITIONS
+    """Partitions of the schedules (each owned by one server at a time). The first server
+    of an installation writes it to the log, and every server uses the log's (a server
+    set otherwise says so): a schedule's id hashes to its partition, for good."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        for name in ("api_bind", "heartbeat_bind", "reply_bind"):
+            value = getattr(self, name)
+            if "://" not in value:
+                yield name, f"expected an endpoint like tcp://127.0.0.1:7700, got {value!r}"
+        if self.config_lifetime_s <= 0:
+            yield "config_lifetime_s", "must be greater than 0"
+        if self.leader_session_s <= 0:
+            yield "leader_session_s", "must be greater than 0"
+        if self.compact_every_s < 0:
+            yield "compact_every_s", "must not be negative (0 turns it off)"
+        if self.key_store not in KEY_STORES:
+            yield "key_store", f"must be one of {', '.join(KEY_STORES)}"
+        if self.registry_check_s <= 0:
+            yield "registry_check_s", "must be greater than 0"
+        if not 1 <= self.schedule_partitions <= MAX_PARTITIONS:
+            yield "schedule_partitions", f"must be from 1 to {MAX_PARTITIONS}"
+        if self.max_pending_keys < 1:
+            yield "max_pending_keys", "must be at least 1"
+        if self.max_pending_per_source < 1:
+            yield "max_pending_per_source", "must be at least 1"
+        for cap in ("max_api_connections_per_source", "max_api_connections"):
+            if getattr(self, cap) < 1:
+                yield cap, "must be at least 1"
+        try:
+            parse_bind(self.metrics_bind)
+        except ConfigError as exc:
+            yield "metrics_bind", exc.problem
+
+    def key_path(self) -> Path:
+        return self.key_file if self.key_file is not None else paths.keys_dir() / f"{self.name}.key"
+
+    def registry_path(self) -> Path:
+        return self.registry if self.registry is not None else paths.registry_path()
+
+
+MIN_RATE, MAX_RATE = 0.001, 1e9  # per minute: one a fortnight, or no bound in practice
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    vote_timeout_s: float = 30.0
+    """Default time nodes have to ack or nack a commit."""
+    run_timeout_s: float = 3600.0
+    """Default run timeout when a job names none."""
+    max_nodes: int = 100_000
+    keep_finished: int = 10_000
+    """Finished jobs kept in memory for job list/status (all stay in the log)."""
+    keep_finished_nodes: int = 500_000
+    """And at most this many node rows across them (~330 bytes each): oldest go first."""
+    keep_finished_option_bytes: int = 64_000_000
+    """And at most this many bytes of their options (env, secret_env, cwd: up to ~64 KB a
+    job, a few hundred bytes usually) across them: oldest go first."""
+    keep_finished_output_bytes: int = 100_000_000
+    """And at most this many characters of output captured from their nodes (``--capture``:
+    up to the agents' capture limit per node and channel) across them: oldest go first."""
+    max_active_jobs_per_caller: int = 1000
+    """Jobs one user key may have not finished yet (new, voting or running); one more is
+    refused ``busy`` until one ends. Each holds its options (up to ~64 KB) in memory. Admin
+    keys and schedules' fires are not counted."""
+    job_starts_per_minute_per_caller: float = 60.0
+    """``job.start``, ``schedule.add``, ``.pause`` and ``.resume`` requests one user key may
+    make a minute (from 0.001 to 1e9), after a burst of ``job_start_burst_per_caller``; one
+    more is refused ``busy`` with the seconds to wait. A job writes its options to the log
+    several times (its start request, its snapshot at each change). Admin keys are not
+    limited."""
+    job_start_burst_per_caller: int = 300
+    """How many of those requests one user key may make at once (a script starting a job
+    on each of a few hundred nodes in turn) before the rate above applies."""
+    schedule_fires_per_minute_per_caller: float = 60.0
+    """How often one user key's recurring schedules may fire, all together, over an hour:
+    when it adds one, the most each can fire in any hour is summed (an every-second
+    schedule, even one limited to one hour of the day, counts 3,600: 60 a minute); past it
+    the add is refused ``busy``. Its schedules start jobs without asking, so this
+    bounds them as the rate above bounds ``job.start``. Admin keys are not limited."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        for timeout in ("vote_timeout_s", "run_timeout_s"):
+            # As for a job's own: beyond a year it is a typing error, and every job that
+            # names none could not be recorded (its deadline outgrows 64-bit milliseconds).
+            if not 0 < getattr(self, timeout) <= MAX_SECONDS:  # NaN too
+                yield timeout, "must be greater than 0 and at most a year (31536000)"
+        if self.max_nodes < 1:
+            yield "max_nodes", "must be at least 1"
+        if self.keep_finished < 1:
+            yield "keep_finished", "must be at least 1"
+        for bound in (
+            "keep_finished_nodes",
+            "keep_finished_option_bytes",
+            "keep_finished_output_bytes",
+            "max_active_jobs_per_caller",
+            "job_start_burst_per_caller",
+        ):
+            if getattr(self, bound) < 1:
+                yield bound, "must be at least 1"
+        for rate in ("job_starts_per_minute_per_caller", "schedule_fires_per_minute_per_caller"):
+            # inf or a denormal would divide by zero or overflow in the bucket (NaN fails too).
+            if not MIN_RATE <= getattr(self, rate) <= MAX_RATE:
+                yield rate, f"must be a number from {MIN_RATE:g} to {MAX_RATE:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    server: ServerSection = field(default_factory=ServerSection)
+    jobs: JobSettings = field(default_factory=JobSettings)
+    liveness: LivenessSettings = field(default_factory=LivenessSettings)
+    protocol: ProtocolSettings = field(default_factory=ProtocolSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+def load_identity(section: ServerSection) -> PrivateIdentity:
+    """The server's own key: it must be a server key, and the one of ``section.name``."""
+    identity = files.load_private(section.key_path())
+    if identity.public.kind != "server":
+        raise ConfigError(
+            f"{section.key_path()} is a {identity.public.kind} key, not a server key",
+            key="server.key_file",
+        )
+    if identity.name != section.name:
+        raise ConfigError(
+            f"the key file is for {identity.name!r}, not {section.name!r}", key="server.name"
+        )
+    return identity
