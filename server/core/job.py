@@ -16,18 +16,43 @@ succeeded: the summary counts nodes per state.
 
 A batch job (``options["batch"]``) runs its ready nodes through a sliding window instead:
 the rest are ``waiting`` their turn, the run timeout is per node, and a spent failure
-budget skips the waiting nodes and ends the job ``halted`` (theory in ``batch.py``). A
-node is told to run only as it leaves ``waiting``, a change written before the command
-is sent: a restored job never runs a node twice, nor forgets one that waits.
+budget skips the waiting nodes and ends the job ``halted`` (theory in ``batch.py``, whose
+``Window`` the job owns: the waiting queue and the in-flight deadlines). Every input that
+may free a slot or spend the failure budget calls ``_advance``, and ``tick`` hands a batch
+job's time to ``_batch_tick``. A node is told to run only as it leaves ``waiting`` (the
+``turn`` event), a change that is in the effects before the ``run`` that follows it, so it
+is durable before the command leaves: a restored job never runs a node twice, nor forgets
+one that waits.
 
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
-drop (a result after a timeout) or a bug. Every change is returned as an ``Effect``:
+drop (a result after a timeout) or a bug. ``_node`` is the one place a node changes state,
+and ``_job`` the one place the job does. Every change is returned as an ``Effect``:
 ``NodeChanged`` / ``JobChanged`` to persist, ``Send`` for commands to deliver, in that
 order, so the daemon can write the log before it sends.
 
+The persisted form is the header (``header``: the job's own fields, next to ``restore``,
+which reads them back) and the node table in chunks (``chunk_bytes``; rows and chunks in
+``snapshot.py``). ``options`` hold a job's ``secret_env`` sealed (``sealing.py``): the
+header, the log's copy, keeps them sealed so a successor can still send the commit; the
+snapshot shown to API callers (``snapshot``) names each secret with a marker instead.
+
 Time is wall milliseconds (``now_ms``), because deadlines are persisted in snapshots and
 must survive a server restart.
+
+Why one module past 600 lines: it is one state machine. The vote, the run, the rolling
+batch and a takeover's unheard targets move the same nodes through the same table, and
+one input touches several of them (a lost node is ``unavailable`` if it was unheard, keeps
+its batch slot if it was in flight, may give the next node its turn and end the job).
+What each keeps of its own lives in an object the job owns and calls (``batch.Window``:
+the waiting queue and the in-flight deadlines; ``awaiting.Unheard``: who is waited for,
+until when), and the rows' encoding in ``snapshot.py``; the moves stay here, since cut
+along any other line the parts would have to read each other's fields.
+
+Killed at any line: nothing here is durable. The daemon persists a job's effects before
+it sends, and a restored job (``restore``) rebuilds from its snapshot the node counts and
+the batch window (from each node's state and ``turn_ms``); the row cache starts empty, and
+the unheard targets are waited for by the next leader's own grace (``awaiting.py``).
 """
 
 from __future__ import annotations
@@ -40,19 +65,35 @@ from typing import Any
 from pushjobs.errors import StateError
 from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_JOB_STATES, TERMINAL_NODE_STATES, JobState, NodeState
-from server.core.awaiting import AwaitingNodes, Unheard
-from server.core.batch import BatchSpec, Window
-from server.core.effects import Effect, JobChanged, Send
-from server.core.rolling import RollingBatch
-from server.core.snapshot import CHUNK_NODES, LEGACY_CHUNK_NODES, JobSnapshot, NodeRecord
-from server.core.snapshot import node_from_json as _node_from_json
-from server.core.transitions import JOB_TRANSITIONS, JobEvent, NodeEvent
+from server.core.awaiting import UNHEARD, Unheard
+from server.core.batch import (
+    FAILURE_STATES,
+    IN_FLIGHT_STATES,
+    BatchSpec,
+    Window,
+    next_start_ms,
+    plan,
+)
+from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.sealing import redacted
+from server.core.snapshot import (
+    CHUNK_NODES,
+    LEGACY_CHUNK_NODES,
+    NodeRecord,
+    chunk_bytes,
+    chunk_json,
+    node_from_json,
+    node_json,
+)
+from server.core.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent, NodeEvent
 
 __all__ = ["Job", "NodeRecord"]
 
+MAX_REASON_CHARS = 500
+
 
 @dataclass(slots=True)
-class Job(AwaitingNodes, RollingBatch, JobSnapshot):
+class Job:
     job_id: str
     command: str
     nodes: dict[str, NodeRecord]
@@ -122,7 +163,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
             created_ms=now_ms,
         )
 
-    # --- the two tables ----------------------------------------------------------------
+    # --- the two tables -----------------------------------------------------------------
 
     def _job(self, event: JobEvent, now_ms: int, out: list[Effect]) -> None:
         new = JOB_TRANSITIONS.get((self.state, event))
@@ -133,6 +174,42 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         if new in TERMINAL_JOB_STATES:
             self.finished_ms = now_ms
             self._rows.clear()  # written at most once more: a kept finished job holds no cache
+
+    def _node(
+        self,
+        node: str,
+        event: NodeEvent,
+        now_ms: int,
+        out: list[Effect],
+        *,
+        exit_status: int | None = None,
+        reason: str = "",
+    ) -> None:
+        """Move ``node`` by ``event``: its record, the counts, its cached row, the effect.
+        The hot path (a 50,000-node job calls it for every node at every step): no more
+        lookups or allocations than these."""
+        record = self.nodes.get(node)
+        if record is None:
+            raise StateError(f"job {self.job_id}: {node} is not a target")
+        new = NODE_TRANSITIONS.get((record.state, event))
+        if new is None:
+            raise StateError(f"job {self.job_id}: {node} cannot {event} while {record.state}")
+        out.append(NodeChanged(self.job_id, node, record.state, new, now_ms, exit_status, reason))
+        self._rows.pop(node, None)
+        self._counts[record.state] -= 1
+        self._counts[new] += 1
+        record.state = new
+        record.changed_ms = now_ms
+        if exit_status is not None:
+            record.exit_status = exit_status
+        if reason:
+            # Reasons are for people; a bound keeps every snapshot chunk under the log's
+            # value limit whatever a node or a command line says.
+            record.reason = reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS]
+        if event in (NodeEvent.ACK_COMMIT, NodeEvent.NACK_COMMIT):
+            record.voted_ms = now_ms
+        if new in TERMINAL_NODE_STATES:
+            record.finished_ms = now_ms
 
     # --- inputs -------------------------------------------------------------------------
 
@@ -152,14 +229,15 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         out: list[Effect] = []
         self._job(JobEvent.START, now_ms, out)
         self.started_ms = now_ms
-        waited = (name for name in unheard if name not in alive)
-        deadline_ms = self._await(waited, unheard_until_ms, now_ms + self.vote_timeout_ms)
-        self.vote_deadline_ms = deadline_ms
+        waited = {name for name in unheard if name not in alive and name in self.nodes}
+        vote_deadline_ms = now_ms + self.vote_timeout_ms
+        self.vote_deadline_ms = self._unheard.wait(waited, unheard_until_ms, vote_deadline_ms)
+        awaits = self._unheard.awaits
         for name in self.nodes:
-            if name not in alive and not self.awaits(name):
+            if name not in alive and not awaits(name):
                 self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
         for name, record in self.nodes.items():
-            if record.state is NodeState.NEW and not self.awaits(name):
+            if record.state is NodeState.NEW and not awaits(name):
                 out.append(Send("commit", self.job_id, name))
         self._maybe_end_voting(now_ms, out, deadline_passed=False)
         return out
@@ -213,7 +291,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         if not restarted:
             self._hold_slot(node)
         # One this leader has yet to hear from was never asked to commit: not crashed.
-        event = NodeEvent.UNHEARD if self._unawait(node) else NodeEvent.LOST
+        event = NodeEvent.UNHEARD if self._unheard.lost(node) else NodeEvent.LOST
         self._node(node, event, now_ms, out, reason=reason)
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=False)
@@ -221,6 +299,10 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
             self._advance(now_ms, out)
             self._maybe_complete(now_ms, out)
         return out
+
+    def heard(self, node: str) -> None:
+        """``node`` came online: if this job still waited to hear it, it votes from now."""
+        self._unheard.heard(node)
 
     def release_slot(self, node: str, now_ms: int) -> list[Effect]:
         """``node``, lost in flight, is heard not running this job: its slot frees."""
@@ -287,7 +369,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
 
     def next_deadline_ms(self) -> int | None:
         if self.state is JobState.VOTING:
-            return self._voting_deadline_ms()
+            return self._unheard.deadline_ms(self.vote_deadline_ms)
         if self.state is not JobState.RUNNING:
             return None
         if self._window is None:
@@ -304,13 +386,113 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
     def all_succeeded(self) -> bool:
         return self._counts[NodeState.SUCCEEDED] == len(self.nodes)
 
+    def summary(self) -> dict[str, int]:
+        return {state.value: n for state, n in sorted(self._counts.items()) if n > 0}
+
+    def awaits(self, node: str) -> bool:
+        """Whether ``node`` is a target this job still waits to hear from."""
+        return self._unheard.awaits(node)
+
+    def holds_slot(self, name: str) -> bool:
+        return self._window is not None and name in self._window.lost
+
+    def holds_lost_slots(self) -> bool:
+        return self._window is not None and bool(self._window.lost)
+
+    # --- the persisted form -------------------------------------------------------------
+
+    def snapshot(self, *, nodes: bool = True) -> dict[str, Any]:
+        """The job as a JSON-ready dict, as API callers see it (secrets redacted).
+
+        ``nodes=False`` leaves out the per-node table: a summary that costs O(1), for
+        watching a 50,000-node job without shipping megabytes per change.
+        """
+        snap = self._fields()
+        snap["options"] = redacted(self.options)
+        if not nodes:
+            return snap
+        snap["nodes"] = {name: node_json(r) for name, r in self.nodes.items()}
+        return snap
+
+    def header(self) -> dict[str, Any]:
+        """The value of the job's ``assignments`` record: secrets stay sealed."""
+        return {
+            **self._fields(),
+            "chunks": self.chunks,
+            "chunk_nodes": self.chunk_nodes,
+        }
+
+    @property
+    def chunks(self) -> int:
+        return -(-len(self.nodes) // self.chunk_nodes)
+
+    def chunk_of(self, node: str) -> int:
+        if not self._positions:  # targets never change after creation: index them once
+            self._positions.update((name, i) for i, name in enumerate(self.nodes))
+        return self._positions[node] // self.chunk_nodes
+
+    def chunk(self, index: int) -> dict[str, Any]:
+        return chunk_json(self.job_id, index, self._chunk_names(index), self.nodes)
+
+    def chunk_bytes(self, index: int) -> bytes:
+        """``orjson.dumps(self.chunk(index))``, built from cached rows."""
+        names = self._chunk_names(index)
+        return chunk_bytes(
+            self.job_id, index, names, self.nodes, self._rows, keep=not self.finished
+        )
+
+    def _chunk_names(self, index: int) -> list[str]:
+        if not self._order:
+            self._order.extend(self.nodes)
+        size = self.chunk_nodes
+        return self._order[index * size : (index + 1) * size]
+
+    def _fields(self) -> dict[str, Any]:
+        """Every field of the job but its node table, ``options`` as they are kept; what
+        ``restore`` reads back."""
+        return {
+            "job_id": self.job_id,
+            "command": self.command,
+            "state": self.state.value,
+            "quorum": str(self.quorum),
+            "vote_timeout_ms": self.vote_timeout_ms,
+            "run_timeout_ms": self.run_timeout_ms,
+            "options": self.options,
+            "requested_by": self.requested_by,
+            "created_ms": self.created_ms,
+            "started_ms": self.started_ms,
+            "vote_deadline_ms": self.vote_deadline_ms,
+            "run_started_ms": self.run_started_ms,
+            "run_deadline_ms": self.run_deadline_ms,
+            "finished_ms": self.finished_ms,
+            "summary": self.summary(),
+            "targets": len(self.nodes),
+            **self._batch_fields(),
+        }
+
+    def _batch_fields(self) -> dict[str, Any]:
+        """A batch job's window as the CLI shows it: its size, budget and failures so far."""
+        if self._window is None:
+            return {}
+        spec, targets = self._window.spec, len(self.nodes)
+        return {
+            "batch": {
+                "window": spec.window(targets),
+                "wait_s": spec.wait_ms / 1000,
+                "max_failures": spec.budget(targets),
+                "failures": sum(self._counts[s] for s in FAILURE_STATES),
+                # Lost in flight, maybe still running: their slots stay taken (batch.py).
+                "held": sorted(self._window.lost),
+            }
+        }
+
     @classmethod
     def restore(cls, snap: Mapping[str, Any]) -> Job:
         """Rebuild a job from ``snapshot()``; KeyError/ValueError on a damaged snapshot."""
         return cls(
             job_id=snap["job_id"],
             command=snap["command"],
-            nodes={name: _node_from_json(n) for name, n in snap["nodes"].items()},
+            nodes={name: node_from_json(n) for name, n in snap["nodes"].items()},
             quorum=Quorum.parse(snap["quorum"]),
             vote_timeout_ms=snap["vote_timeout_ms"],
             run_timeout_ms=snap["run_timeout_ms"],
@@ -326,7 +508,7 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
             chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 
-    # --- internals ----------------------------------------------------------------------
+    # --- voting and completion ----------------------------------------------------------
 
     def _require_running(self, node: str) -> None:
         if self.state is not JobState.RUNNING:
@@ -341,6 +523,16 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         self._advance(now_ms, out)
         self._maybe_complete(now_ms, out)
         return out
+
+    def _hear_no_more(self, now_ms: int, out: list[Effect]) -> None:
+        """At the takeover grace's end: the targets still unheard and ``new`` are
+        unavailable, in target order."""
+        unheard = self._unheard.over(now_ms)
+        if not unheard:
+            return
+        for name, record in self.nodes.items():
+            if name in unheard and record.state is NodeState.NEW:
+                self._node(name, NodeEvent.UNHEARD, now_ms, out, reason=UNHEARD)
 
     def _maybe_end_voting(self, now_ms: int, out: list[Effect], *, deadline_passed: bool) -> None:
         if self._counts[NodeState.NEW] and not deadline_passed:
@@ -374,3 +566,74 @@ class Job(AwaitingNodes, RollingBatch, JobSnapshot):
         if not any(c[state] for state in unfinished):
             halted = c[NodeState.SKIPPED] > 0  # only a spent failure budget skips nodes
             self._job(JobEvent.HALT if halted else JobEvent.ALL_DONE, now_ms, out)
+
+    # --- the rolling batch: the window (``batch.py``) applied to the nodes --------------
+
+    def _state_of(self, name: str) -> NodeState:
+        return self.nodes[name].state
+
+    def _in_flight(self) -> int:
+        lost = len(self._window.lost) if self._window is not None else 0
+        return self._counts[NodeState.READY] + self._counts[NodeState.RUNNING] + lost
+
+    def _hold_slot(self, name: str) -> None:
+        """``name`` is being lost in flight: its command may run on (``batch.py``)."""
+        record = self.nodes[name]
+        window = self._window
+        if window is not None and record.state in IN_FLIGHT_STATES and record.turn_ms is not None:
+            window.lost[name] = record.turn_ms + self.run_timeout_ms
+
+    def _advance(self, now_ms: int, out: list[Effect]) -> None:
+        """Give waiting nodes their turn as the window allows, or skip them all (halt)."""
+        window = self._window
+        if window is None or self.state is not JobState.RUNNING:
+            return
+        step = plan(
+            window.spec,
+            targets=len(self.nodes),
+            in_flight=self._in_flight(),
+            waiting=self._counts[NodeState.WAITING],
+            failures=sum(self._counts[s] for s in FAILURE_STATES),
+            last_start_ms=window.last_start_ms,
+            now_ms=now_ms,
+        )
+        why = "not started: the failure budget is spent"
+        for _ in range(len(self.nodes) if step.halt else step.start):
+            name = window.next_waiting(self._state_of)
+            if name is None:
+                break
+            if step.halt:
+                self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
+                out.append(Send("abort", self.job_id, name))  # let its commit go
+                continue
+            self._node(name, NodeEvent.TURN, now_ms, out)
+            self.nodes[name].turn_ms = now_ms
+            window.started(name, now_ms, self.run_timeout_ms)
+            out.append(Send("run", self.job_id, name))
+
+    def _batch_tick(self, window: Window, now_ms: int, out: list[Effect]) -> None:
+        """Per-node run deadlines that passed, the window's next start, held commits."""
+        for name in window.expired(now_ms, self._state_of):
+            self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
+            out.append(Send("abort", self.job_id, name))
+        window.lost_expired(now_ms)
+        self._advance(now_ms, out)
+        # A repeated commit changes nothing on the node but how long it holds the job.
+        out.extend(
+            Send("commit", self.job_id, n) for n in window.hold_refresh(now_ms, self._state_of)
+        )
+
+    def _batch_deadline_ms(self, window: Window) -> int | None:
+        """The next start or the first run deadline, none before a takeover's floor."""
+        due = next_start_ms(
+            window.spec,
+            targets=len(self.nodes),
+            in_flight=self._in_flight(),
+            waiting=self._counts[NodeState.WAITING],
+            last_start_ms=window.last_start_ms,
+        )
+        first = window.first_deadline_ms(self._state_of)
+        refresh = window.refresh_due_ms if self._counts[NodeState.WAITING] else None
+        lost = min(window.lost.values(), default=None)
+        deadlines = [d for d in (due, first, refresh, lost) if d is not None]
+        return max(min(deadlines), self._floor_ms) if deadlines else None
