@@ -12,6 +12,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   ├── SignatureError          bad, missing or wrong-key signature
     │   │   └── UnknownKey          the header names a key id we do not hold
     │   ├── MalformedMessage        body not a JSON object, unknown type, bad fields
+    │   │   └── Rejected            an ``events`` record the archiver sets aside, with why
     │   └── ReplayError             sequence not newer, retired incarnation
     │       └── ClockSkewError      timestamp outside +/- max_skew_s
     ├── KeyFileError                key files and the key registry
@@ -20,6 +21,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   └── KeyStateError           an illegal key state transition
     ├── StateError                  an illegal state machine transition (nothing changed)
     ├── TargetError                 a node selector that is malformed or matches nothing
+    ├── ScheduleError               a schedule definition or trigger that cannot be used
     ├── LogError                    ordered-log failures
     │   ├── LogCorrupt              corrupt, truncated or foreign log file
     │   ├── UnknownTopic
@@ -31,11 +33,13 @@ adapter that met them, chained with ``from``, and nowhere else.
     ├── JournalError                the agent's local journal of seen job ids failed
     ├── TransportError              socket-level failures, translated from zmq
     │   ├── Unreachable             no answer from a peer within the deadline
+    │   │   └── NobodyListens       the endpoint refused the connection: nothing was sent
     │   └── HandshakeRefused        the peer refused the CurveZMQ handshake (wrong server key)
     ├── ApiError                    an API call the server refused (carries a code)
     │   ├── Unauthorized            the caller's key or role does not allow it
     │   └── NotFound
-    └── MissingExtra                an optional dependency is not installed
+    ├── MissingExtra                an optional dependency is not installed
+    └── SandboxError                a test bed's process did not start or misbehaved
 """
 
 from __future__ import annotations
@@ -80,6 +84,11 @@ class MalformedMessage(ProtocolError):
     """Body is not a valid message: not a JSON object, unknown type, missing/extra/bad fields."""
 
 
+class Rejected(MalformedMessage):
+    """A record of the ``events`` topic that is not a usable event (``pipeline/events.py``);
+    the message says why. The archiver counts it and keeps it aside, never drops it."""
+
+
 class ReplayError(ProtocolError):
     """Sequence not newer than the last seen, or a retired incarnation."""
 
@@ -110,6 +119,10 @@ class StateError(PushJobsError):
 
 class TargetError(PushJobsError):
     """A node selector that cannot be parsed or matches no node."""
+
+
+class ScheduleError(PushJobsError):
+    """A schedule definition or trigger that cannot be used."""
 
 
 class LogError(PushJobsError):
@@ -156,6 +169,10 @@ class Unreachable(TransportError):
     """No answer from a peer within the deadline."""
 
 
+class NobodyListens(Unreachable):
+    """The endpoint refused the connection: no server listens there, nothing was sent."""
+
+
 class HandshakeRefused(TransportError):
     """The peer refused the CurveZMQ handshake: most likely the server key we hold is not
     its key. A configuration problem (the CLI's exit code 9), not an ``Unreachable``: no
@@ -191,3 +208,7 @@ class MissingExtra(PushJobsError):
             f"{module} is not installed; install the '{extra}' extra: "
             f"pip install 'pushjobs[{extra}]'"
         )
+
+
+class SandboxError(PushJobsError):
+    """A test bed's process (``pushjobs/testbed``) did not start or misbehaved."""

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import ast
+import builtins
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,10 +22,72 @@ def _error_classes():
     ]
 
 
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("pushjobs", "agent", "server", "keys", "bench")
+
+
+def _drawn_parents() -> dict[str, str]:
+    """Each name drawn in the docstring's tree -> the name drawn above it."""
+    parents: dict[str, str] = {}
+    stack = ["PushJobsError"]
+    for line in errors.__doc__.splitlines():
+        found = re.match(r"    ((?:│   |    )*)[├└]── (\w+)", line)
+        if found:
+            depth = len(found[1]) // 4 + 1
+            del stack[depth:]
+            parents[found[2]] = stack[-1]
+            stack.append(found[2])
+    return parents
+
+
 @pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
 def test_every_error_is_a_pushjobs_error_and_drawn_in_the_tree(cls):
     assert issubclass(cls, errors.PushJobsError)
-    assert cls.__name__ in errors.__doc__
+    if cls is not errors.PushJobsError:
+        assert _drawn_parents()[cls.__name__] == cls.__bases__[0].__name__
+        assert len(cls.__bases__) == 1
+
+
+def test_the_tree_draws_no_class_that_is_not_there():
+    assert set(_drawn_parents()) == {c.__name__ for c in _error_classes()} - {"PushJobsError"}
+
+
+@pytest.mark.parametrize(
+    ("name", "parent"),
+    [
+        ("NobodyListens", "Unreachable"),  # from pushjobs/api/client.py
+        ("SandboxError", "PushJobsError"),  # from pushjobs/testbed/childproc.py
+        ("ScheduleError", "PushJobsError"),  # from server/core/schedule.py
+        ("Rejected", "MalformedMessage"),  # from pushjobs/pipeline/events.py (a ValueError)
+    ],
+)
+def test_the_errors_once_defined_elsewhere_are_in_the_tree(name, parent):
+    cls = getattr(errors, name)
+    assert cls.__bases__ == (getattr(errors, parent),)
+
+
+def test_no_exception_class_is_defined_outside_errors():
+    """One tree: a class deriving from an exception anywhere but ``pushjobs/errors.py`` is
+    one more root, or a branch that the tree does not draw."""
+    bases = {c.__name__ for c in _error_classes()} | {
+        name
+        for name, obj in vars(builtins).items()
+        if isinstance(obj, type) and issubclass(obj, BaseException)
+    }
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "pushjobs" / "errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ClassDef):
+                    names = {
+                        b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                        for b in node.bases
+                    }
+                    if names & bases:
+                        found.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert found == []
 
 
 def test_config_error_names_file_key_and_problem():

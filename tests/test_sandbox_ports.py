@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from pushjobs.api.client import ApiClient
-from pushjobs.testbed.sandbox import Sandbox, SandboxError
+from pushjobs.errors import SandboxError
+from pushjobs.testbed.sandbox import Sandbox
 from tests.support import wait_until
 
 

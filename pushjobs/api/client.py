@@ -54,6 +54,7 @@ from pushjobs.errors import (
     ApiError,
     ConfigError,
     HandshakeRefused,
+    NobodyListens,
     TransportError,
     UnknownKey,
     Unreachable,
@@ -83,10 +84,6 @@ def resend_safe(method: str) -> bool:
     """Whether ``method`` may be sent again after silence: nothing it does happens twice
     (it only reads, or, like an abort, asks for what a second time leaves as it was)."""
     return methods.METHODS.get(method) == "reader" or method in RESEND_SAFE
-
-
-class NobodyListens(Unreachable):
-    """The endpoint refused the connection: no server listens there, nothing was sent."""
 
 
 class Failover:

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from pushjobs.errors import ConfigError, MissingExtra
+from pushjobs.errors import ConfigError, MissingExtra, Rejected
 from pushjobs.log.base import OrderedLog
 from pushjobs.pipeline import events
 
@@ -153,7 +153,7 @@ class Archiver:
             for rec in records:
                 try:
                     row = events.parse(rec.offset, rec.value)
-                except events.Rejected as exc:
+                except Rejected as exc:
                     reason = str(exc)
                     result.reasons[reason] = result.reasons.get(reason, 0) + 1
                     raw = (rec.value or b"")[:4096].decode("utf-8", errors="replace")

@@ -12,6 +12,8 @@ from typing import Any, Final
 
 import orjson
 
+from pushjobs.errors import Rejected
+
 KINDS: Final = frozenset(
     {"job_created", "job_state", "node_state", "node_online", "node_offline", "output"}
 )
@@ -41,10 +43,6 @@ NEEDS: Final = {
     "output": ("job_id", "node"),
 }
 MAX_TS_MS: Final = 253402300799999  # 9999-12-31: later is a corrupt clock, not a date
-
-
-class Rejected(ValueError):
-    """A record that is not a usable event; the message says why."""
 
 
 def parse(offset: int, value: bytes | None) -> dict[str, Any]:

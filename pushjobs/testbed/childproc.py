@@ -18,11 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pushjobs.errors import PushJobsError
-
-
-class SandboxError(PushJobsError):
-    """A sandbox process did not start or misbehaved."""
+from pushjobs.errors import SandboxError
 
 
 @dataclass

@@ -37,11 +37,12 @@ from keys import files
 from keys.identity import PrivateIdentity, generate
 from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from pushjobs.testbed.childproc import Proc, SandboxError, await_ready, spawn, stop_all
+from pushjobs.errors import SandboxError
+from pushjobs.testbed.childproc import Proc, await_ready, spawn, stop_all
 from pushjobs.testbed.simkeys import SimKeys
 from pushjobs.testbed.tomlwrite import toml_text
 
-__all__ = ["DEFAULT_WHITELIST", "Proc", "Sandbox", "SandboxError", "free_port", "toml_text"]
+__all__ = ["DEFAULT_WHITELIST", "Proc", "Sandbox", "free_port", "toml_text"]
 
 DEFAULT_WHITELIST = {
     "hello": "sh -c 'echo hello from $PUSHJOBS_NODE, job $PUSHJOBS_JOB_ID'",

@@ -3,6 +3,17 @@
 One place for the checks, so a job started by hand (``handlers.py``) and one a schedule
 starts (``schedjob.py``) are refused for the same reasons with the same words. Secret
 values are sealed here, before anything keeps them (``sealing.py``).
+
+What is checked here is all a job carries, so its records can always be written
+(``records.py``): timeouts of at most a year keep its milliseconds and deadlines inside
+the log's 64-bit integers, and the rest is strings, flags and bounded counts from the
+request's JSON (which orjson decoded, so it encodes again).
+One case remains that no request brings: a schedule kept by a version from before
+timeouts were bounded, read back from the log with a timeout beyond a year (``1e17``
+once overflowed every record of its job). ``job_request`` checks a kept job's timeouts
+again at each fire, with ``job.start``'s words, before anything is written; the
+scheduler pauses a recurring schedule so refused (``scheduler.py``), as every later fire
+would be refused alike.
 """
 
 from __future__ import annotations
@@ -187,12 +198,14 @@ def _fits_a_commit(command: str, options: Mapping[str, Any], max_body_bytes: int
 
 
 def job_request(job: Mapping[str, Any]) -> JobRequest:
-    """The request of one fire, from what ``job_params`` kept."""
+    """The request of one job, from what ``job_params`` kept: at ``job.start``, or at a
+    schedule's fire. A kept timeout is checked again (``ApiError``, ``bad_request``): a
+    schedule kept by a version before timeouts were bounded may hold one beyond a year."""
     return JobRequest(
         command=str(job["command"]),
         selectors=[str(n) for n in job["nodes"]],
         quorum=Quorum.parse(str(job.get("quorum") or "100%")),
-        run_timeout_s=job.get("timeout_s"),
-        vote_timeout_s=job.get("vote_timeout_s"),
+        run_timeout_s=_num(job, "timeout_s"),
+        vote_timeout_s=_num(job, "vote_timeout_s"),
         options=dict(job.get("options") or {}),
     )

@@ -5,6 +5,14 @@ Event record, one per state change, keyed ``job:<id>`` or
 node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
 A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
+
+Every record here can be encoded, so none has a fallback: a job holds what ``job.start``
+or ``schedule.add`` checked (``jobparams.py``: timeouts of at most a year, so that their
+milliseconds and deadlines stay far inside 64 bits; the leader's default timeouts are
+bounded alike when its config is read), what JSON carried to the server (a request, a
+node's reply, a record read back: orjson decoded it, so it encodes again), and what the
+server derives from these. A schedule's job kept by an older version, read back from the
+log, is checked again at each fire (``jobparams.job_request``).
 """
 
 from __future__ import annotations
@@ -14,14 +22,9 @@ from typing import Any
 
 import orjson
 
-from pushjobs.api import methods
-from pushjobs.errors import ApiError
 from server.core.coordinator import Change, JobCreated, OutputReceived
 from server.core.effects import JobChanged, NodeChanged
 from server.core.job import Job
-
-# What orjson raises for a value it cannot encode (its JSONEncodeError is a TypeError).
-UNENCODABLE = (TypeError, ValueError, OverflowError)
 
 
 def event(
@@ -121,15 +124,8 @@ def job_events(
                 )
             case _:
                 continue
-        out.append((key, _dumps(rec)))
+        out.append((key, orjson.dumps(rec)))
     return out
-
-
-def _dumps(record: Mapping[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(record)
-    except UNENCODABLE:  # a bug put it there: the event is written all the same
-        return orjson.dumps(recordable(record))
 
 
 def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tuple[str, bytes]:
@@ -137,66 +133,17 @@ def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tupl
 
 
 CHUNK_KEY = "/nodes/"
-INT64_MAX = 2**63 - 1  # the log's JSON (orjson) and its readers carry 64-bit integers
-
-
-class Unrecordable(ApiError):
-    """A job whose records could not be written. Its own values (and the leader's default
-    timeouts) make it fail, not the fleet's state: the same job is refused every time."""
-
-    code = methods.BAD_REQUEST
-
-
-def refuse_unrecordable(
-    now_ms: int, vote_timeout_s: float, run_timeout_s: float, options: Mapping[str, Any]
-) -> None:
-    """Refuse (``Unrecordable``, a ``bad_request``) a job whose records could not be
-    written: its start command, and the snapshot derived from it (timeouts and deadlines
-    in 64-bit milliseconds).
-
-    Called before anything is written: a job that fails to encode later, in the snapshot
-    written after every change, would stop the server, and again when its start command
-    is read back after a restart.
-    """
-    try:
-        derived = [now_ms]
-        for seconds in (vote_timeout_s, run_timeout_s):
-            ms = round(seconds * 1000)  # inf: OverflowError; nan: ValueError
-            derived += [ms, now_ms + ms]
-        if any(abs(n) > INT64_MAX for n in derived):
-            raise OverflowError(f"{max(derived)} ms exceeds 64 bits")
-        orjson.dumps({"derived": derived, "options": options})
-    except UNENCODABLE as exc:
-        raise Unrecordable(f"the job cannot be recorded: {exc}") from None
 
 
 def snapshot_records(
-    job: Job, version: int, chunks: Iterable[int] | None = None, *, as_repr: bool = False
+    job: Job, version: int, chunks: Iterable[int] | None = None
 ) -> list[tuple[str, bytes]]:
-    """A job's snapshot records: its header, and the node chunks named (default: all);
-    ``as_repr``: what cannot be encoded in them written as its ``repr`` (``recordable``)."""
+    """A job's snapshot records: its header, and the node chunks named (default: all)."""
     key = f"job:{job.job_id}"
-    header = {**job.header(), "version": version}
-    out = [(key, orjson.dumps(recordable(header) if as_repr else header))]
+    out = [(key, orjson.dumps({**job.header(), "version": version}))]
     for index in sorted(range(job.chunks) if chunks is None else set(chunks)):
-        value = orjson.dumps(recordable(job.chunk(index))) if as_repr else job.chunk_bytes(index)
-        out.append((f"{key}{CHUNK_KEY}{index}", value))
+        out.append((f"{key}{CHUNK_KEY}{index}", job.chunk_bytes(index)))
     return out
-
-
-def recordable(value: Any) -> Any:
-    """``value`` with what orjson cannot encode (an integer beyond 64 bits, a lone
-    surrogate, an object of no JSON type) replaced by its ``repr``, and keys made strings:
-    the record of a job whose values a bug made unencodable, written rather than lost."""
-    if isinstance(value, Mapping):
-        return {recordable(str(k)): recordable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [recordable(v) for v in value]
-    try:
-        orjson.dumps(value)
-    except UNENCODABLE:
-        return repr(value)
-    return value
 
 
 def touched_chunks(

@@ -17,8 +17,9 @@ rules at a change of daylight saving time, so nothing fires twice and nothing is
 - an interval schedule (``*/15 * * * *``) follows real elapsed time across the change.
 
 A paused schedule fires nothing until resumed. The leader pauses a cron schedule on its
-own, with a ``paused_reason``, when a fire's job cannot be recorded (``scheduler.py``):
-every fire would be refused alike.
+own, with a ``paused_reason``, when the job it keeps fails today's checks at a fire (one
+kept by a version before timeouts were bounded: ``jobparams.job_request``): every fire
+would be refused alike.
 
 A fire's job id is derived from (schedule id, due time), in the format of any job id
 (due time in hex, then 8 hex digits): whoever fires a due time, however often, names the
@@ -39,11 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from cronsim import CronSim, CronSimError
 
-from pushjobs.errors import PushJobsError
-
-
-class ScheduleError(PushJobsError):
-    """A schedule definition or trigger that cannot be used."""
+from pushjobs.errors import ScheduleError
 
 
 class CatchUp(Enum):

@@ -104,8 +104,6 @@ class ServerBackend:
         command = {"queue_full": self.channels.command_drops, **self.jobs.sender.counters}
         if any(command.values()):
             drops["command"] = {reason: n for reason, n in command.items() if n}
-        if self.jobs.unrecordable:  # jobs ended because their state could not be encoded
-            drops["records"] = {"unrecordable_job": self.jobs.unrecordable}
         return {
             "server_id": self.name,
             "incarnation": self.incarnation,

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from pushjobs.api import methods
-from pushjobs.errors import ApiError
+from pushjobs.errors import ApiError, ScheduleError
 from server.core import schedbudget
-from server.core.schedule import CatchUp, Overlap, ScheduleError, Trigger, parse_at_ms
+from server.core.schedule import CatchUp, Overlap, Trigger, parse_at_ms
 
 # A due time further than this is a typing error, and its milliseconds would outgrow the
 # log's 64-bit integers (``in_s`` of 1e17).

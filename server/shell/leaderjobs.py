@@ -7,11 +7,6 @@ events to ``events`` in batched durable writes, and only then sends the commands
 command on the wire always follows its durable cause. A start or abort request is written
 to ``commands`` before the coordinator hears of it.
 
-A job whose snapshot cannot be encoded (a value only a bug puts there: checks at the
-start refuse what cannot be recorded, ``records.refuse_unrecordable``) does not stop the
-flush: it is ended ``crashed``, its nodes told to abort and nothing else of it sent, and
-written with the value as its ``repr`` (``_unrecordable``); the other jobs go on.
-
 Standing by (the lease lost, or a write fenced) empties this: a new coordinator, nothing
 pending; the jobs now belong to the new leader. Taking over fills it from the log
 (``takeover.py``).
@@ -86,10 +81,6 @@ class Jobs:
         self.node_records: list[tuple[str, bytes]] = []
         self.sends: list[Send] = []
         self.stopping = False
-        # Jobs ended because their snapshot could not be encoded: how many, and the ids of
-        # those the coordinator still holds (each logged and counted once).
-        self.unrecordable = 0
-        self.unrecordable_ids: set[str] = set()
 
     def _new_coordinator(self) -> Coordinator:
         return Coordinator(
@@ -103,7 +94,6 @@ class Jobs:
 
     def stand_by(self) -> None:
         self.coordinator = self._new_coordinator()
-        self.unrecordable_ids.clear()
         self._end_grace()
         self.changes.clear()
         self.sends.clear()
@@ -246,8 +236,6 @@ class Jobs:
         }
         if schedule_id is not None:
             command["schedule_id"] = schedule_id
-        # Refused before it is written: read back at every restart, it would fail again.
-        records.refuse_unrecordable(now_ms, vote_timeout_s, run_timeout_s, request.options)
         # The request is durable before anything acts on it.
         self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
         self.changes += self.coordinator.submit(
@@ -286,9 +274,15 @@ class Jobs:
         changes, self.changes = self.changes, []
         node_records, self.node_records = self.node_records, []
         if changes or node_records:
-            snapshots = self._snapshots(changes, now_ms)
-            events = records.job_events(changes, self.coordinator.jobs, self.server_name)
-            events += node_records
+            jobs, versions = self.coordinator.jobs, self.coordinator.versions
+            snapshots = [
+                record
+                for job_id, chunks in records.touched_chunks(changes, jobs).items()
+                for record in records.snapshot_records(
+                    jobs[job_id], versions.get(job_id, 0), chunks
+                )
+            ]
+            events = records.job_events(changes, jobs, self.server_name) + node_records
             try:
                 if snapshots:
                     self.leadership.append(self.topics.assignments, snapshots)
@@ -307,38 +301,3 @@ class Jobs:
                 self.changes += self.coordinator.undeliverable(job_id, node, now_ms, why)
             if self.changes:
                 self.flush(now_ms)
-
-    def _snapshots(self, changes: list[Change], now_ms: int) -> list[tuple[str, bytes]]:
-        """The changed jobs' snapshot records; a job whose snapshot cannot be encoded (only
-        a bug puts such a value in a job) is ended (``_unrecordable``), the others go on."""
-        jobs, versions = self.coordinator.jobs, self.coordinator.versions
-        out: list[tuple[str, bytes]] = []
-        for job_id, chunks in records.touched_chunks(changes, jobs).items():
-            try:
-                out += records.snapshot_records(jobs[job_id], versions.get(job_id, 0), chunks)
-            except records.UNENCODABLE as exc:
-                out += self._unrecordable(job_id, exc, changes, now_ms)
-        return out
-
-    def _unrecordable(
-        self, job_id: str, exc: Exception, changes: list[Change], now_ms: int
-    ) -> list[tuple[str, bytes]]:
-        """End a job whose snapshot cannot be encoded ``crashed`` (its nodes told to abort)
-        and write it with what cannot be encoded as its ``repr``: left running, it could
-        not be written again, nor would what a successor restores be what ran; written
-        as it is, an active job with a value of the wrong type could stop a successor."""
-        job = self.coordinator.jobs[job_id]
-        if job_id not in self.unrecordable_ids:
-            self.unrecordable += 1
-            log.error("job %s: its state cannot be recorded (%s); ended crashed", job_id, exc)
-            self.unrecordable_ids &= self.coordinator.jobs.keys()
-            self.unrecordable_ids.add(job_id)
-        if not job.finished:
-            # What it was to be sent followed a change that is not written: only the
-            # crash's aborts go.
-            changes[:] = [c for c in changes if not (isinstance(c, Send) and c.job_id == job_id)]
-            self.sends = [send for send in self.sends if send.job_id != job_id]
-            changes += self.coordinator.crash(
-                job_id, now_ms, f"the server cannot record this job: {exc}"
-            )
-        return records.snapshot_records(job, self.coordinator.versions.get(job_id, 0), as_repr=True)

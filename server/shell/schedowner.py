@@ -29,10 +29,10 @@ from typing import Any
 
 import orjson
 
-from pushjobs.errors import FencedError, LogError
+from pushjobs.errors import FencedError, LogError, ScheduleError
 from pushjobs.log.base import Fence, OrderedLog
 from server.core.schedfiring import DEFAULT_GRACE_MS, Fire, Firing, Skip
-from server.core.schedule import Schedule, ScheduleError
+from server.core.schedule import Schedule
 from server.shell.schedlog import (
     FIRE,
     SCHEDULE,

@@ -33,18 +33,16 @@ import orjson
 
 from pushjobs.api import methods
 from pushjobs.clock import Clock
-from pushjobs.errors import ApiError, LogError, NotFound, PushJobsError
+from pushjobs.errors import ApiError, LogError, NotFound, PushJobsError, ScheduleError
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.retry import Outage
-from server.core.jobparams import job_params, job_request
-from server.core.records import Unrecordable
+from server.core.jobparams import JobRequest, job_params, job_request
 from server.core.schedfiring import DEFAULT_GRACE_MS, Fire
 from server.core.schedshards import DEFAULT_PARTITIONS, partition_topics, topic_of
 from server.core.schedule import (
     CatchUp,
     Overlap,
     Schedule,
-    ScheduleError,
     Trigger,
     describe,
     next_due,
@@ -266,11 +264,11 @@ class Scheduler:
         if entry is None:
             self.unstarted.pop(fire.job_id, None)
             return  # deleted since
+        request: JobRequest | None = None
         try:
-            # A job that cannot be recorded (kept before today's checks, or the leader's
-            # default timeout) is refused before anything is written: the server lives.
+            request = job_request(entry.schedule.job)
             self.jobs.start(
-                job_request(entry.schedule.job),
+                request,
                 f"schedule:{fire.schedule_id}",
                 now_ms,
                 job_id=fire.job_id,
@@ -280,11 +278,14 @@ class Scheduler:
             if exc.code == methods.NOT_LEADER:
                 return  # kept: the next leader reads it again (not committed)
             self._failed(fire, exc)
-            if isinstance(exc, Unrecordable):
-                self._pause_unrecordable(fire, str(exc))
+            if request is None:
+                # Its kept job fails today's checks, before anything is written: kept by a
+                # version before timeouts were bounded (``jobparams.py``), so would every
+                # fire. The fleet's refusals (``Jobs.start``) pass: the schedule goes on.
+                self._pause(fire, str(exc))
         except LogError:
             raise  # kept: started once the log answers
-        except (PushJobsError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        except (PushJobsError, KeyError, TypeError, ValueError) as exc:
             self._failed(fire, exc)
         self.unstarted.pop(fire.job_id, None)
 
@@ -294,7 +295,7 @@ class Scheduler:
         )
         self.not_started[(fire.schedule_id, fire.due_ms)] = f"not started: {exc}"
 
-    def _pause_unrecordable(self, fire: Fire, reason: str) -> None:
+    def _pause(self, fire: Fire, reason: str) -> None:
         """Pause, as ``schedule pause`` does (durable, for every leader), a recurring
         schedule whose every fire would be refused alike (``Catalog.auto_paused``)."""
         changed = self.catalog.auto_paused(fire.schedule_id, fire.due_ms, reason)

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pushjobs.errors import Rejected
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import create_standard_topics
 from pushjobs.pipeline import events
@@ -61,15 +62,15 @@ def run_archiver(db: Path, out: Path, batch: int = 50_000):
 
 
 def test_parse_rejects_what_is_not_an_event():
-    with pytest.raises(events.Rejected, match="not JSON"):
+    with pytest.raises(Rejected, match="not JSON"):
         events.parse(1, b"{")
-    with pytest.raises(events.Rejected, match="unknown kind"):
+    with pytest.raises(Rejected, match="unknown kind"):
         events.parse(1, b'{"ts": 5, "kind": "party"}')
-    with pytest.raises(events.Rejected, match="ts is not"):
+    with pytest.raises(Rejected, match="ts is not"):
         events.parse(1, b'{"ts": "yesterday", "kind": "node_online", "node": "a"}')
-    with pytest.raises(events.Rejected, match="node_state without node"):
+    with pytest.raises(Rejected, match="node_state without node"):
         events.parse(1, b'{"ts": 5, "kind": "node_state", "job_id": "j", "state": "ready"}')
-    with pytest.raises(events.Rejected, match="exit_status is not an integer"):
+    with pytest.raises(Rejected, match="exit_status is not an integer"):
         events.parse(
             1, b'{"ts": 5, "kind": "output", "job_id": "j", "node": "a", "exit_status": "1"}'
         )

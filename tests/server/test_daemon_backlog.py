@@ -107,11 +107,3 @@ def test_commands_that_could_not_be_sent_are_counted_as_drops(server: Server) ->
     server.jobs.sender.counters["oversized"] += 2
     server.jobs.sender.counters["unsealable"] += 1
     assert server.backend.info()["drops"]["command"] == {"oversized": 2, "unsealable": 1}
-
-
-def test_jobs_ended_because_they_could_not_be_recorded_are_counted_as_drops(
-    server: Server,
-) -> None:
-    assert "records" not in server.backend.info()["drops"]
-    server.jobs.unrecordable += 1  # as ``Jobs._unrecordable`` counts one
-    assert server.backend.info()["drops"]["records"] == {"unrecordable_job": 1}

@@ -132,7 +132,7 @@ def test_a_job_ended_outside_the_coordinator_and_filed_again_is_counted_once() -
     job = coord.jobs["a1"]
     coord.restore(job, 2)  # filed again while active: still one
     assert coord.unfinished_by("alice") == 1
-    job.crash(T0 + 1, "test")  # as leaderjobs.py ends a job it cannot record, then files it
+    job.crash(T0 + 1, "test")  # ended outside the coordinator, then filed again
     coord.restore(job, 3)
     assert coord.unfinished_by("alice") == 0
 

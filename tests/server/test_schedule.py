@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pushjobs.errors import ScheduleError
 from server.core.schedule import (
     CatchUp,
     Overlap,
     Schedule,
-    ScheduleError,
     Trigger,
     fire_job_id,
     next_due,
