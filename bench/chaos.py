@@ -34,8 +34,7 @@ from pathlib import Path
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.testbed.chaos import Chaos
-from pushjobs.testbed.chaosplan import FAULTS, KINDS, POINTS, POINTS_OF, Narrow
+from pushjobs.testbed.chaos import FAULTS, KINDS, POINTS, POINTS_OF, Chaos, Narrow
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The job coordinator: every job of this server, fed by replies, node events and time. Pure.
+"""The job coordinator: every job of this server, fed by replies, node events, heartbeats
+and time. Pure.
 
 Theory of operation. Each job is a ``Job`` state machine (``job.py``); the coordinator
 routes inputs to the jobs they concern and returns the effects in order, so the daemon
@@ -17,6 +18,11 @@ can persist the changes before it sends the commands that follow from them.
   repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
   nothing: its turn has not come (``batch.py``). A target a job waited to hear from is
   heard now, and gets its commit the same way;
+- a node's heartbeat says what it is doing: ``busy_with`` (the job the agent holds or
+  runs) and ``busy_state`` (``committed`` or ``running``). ``heard`` lets a batch slot go
+  that a node lost in flight no longer holds; ``unreported`` judges the commands the node
+  should have had and did not, ``stale_hold`` a job it still holds that is over for it.
+  Both only read the jobs; the caller sends and rate-limits;
 - ``tick`` applies vote and run deadlines.
 
 Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.
@@ -46,7 +52,6 @@ from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
 from server.core.finished import Finished, option_bytes
-from server.core.heartbeats import JudgesHeartbeats
 from server.core.job import Job
 
 
@@ -67,7 +72,7 @@ class OutputReceived:
 Change = Effect | JobCreated | OutputReceived
 
 
-class Coordinator(JudgesHeartbeats):
+class Coordinator:
     def __init__(
         self,
         keep_finished: int = 10_000,
@@ -192,24 +197,6 @@ class Coordinator(JudgesHeartbeats):
             out += changes
         return out
 
-    def heard(
-        self, node: str, busy_with: str | None, busy_state: str | None, now_ms: int
-    ) -> list[Change]:
-        """A heartbeat: batch jobs holding the slot of ``node`` (lost while in flight) let
-        it go unless the node says it still holds or runs that job."""
-        out: list[Change] = []
-        for job_id in list(self._lost_slots.get(node, ())):
-            if job_id == busy_with and busy_state in ("committed", "running"):
-                continue
-            self._lost_slots[node].discard(job_id)
-            if (job := self.jobs.get(job_id)) is not None:
-                changes: list[Change] = list(job.release_slot(node, now_ms))
-                self._after(job, changes)
-                out += changes
-        if not self._lost_slots.get(node, True):
-            del self._lost_slots[node]
-        return out
-
     def node_online(self, node: str) -> list[Send]:
         """Commands to repeat to a node that (re)appeared; no job or node state changes
         (a job that waited to hear from it stops waiting)."""
@@ -243,13 +230,6 @@ class Coordinator(JudgesHeartbeats):
         self._after(job, out)
         return out
 
-    def crash(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
-        """End a job ``crashed`` for a reason of the server's own (its nodes told to abort)."""
-        job = self.jobs[job_id]
-        out: list[Change] = list(job.crash(now_ms, reason))
-        self._after(job, out)
-        return out
-
     def tick(self, now_ms: int) -> list[Change]:
         out: list[Change] = []
         for job in self.active():
@@ -271,6 +251,78 @@ class Coordinator(JudgesHeartbeats):
                 self._lost_slots.setdefault(name, set()).add(job.job_id)
         if job.finished:
             self._retire(job.job_id)
+
+    # --- heartbeats: what a node says it is doing -----------------------------------------
+
+    def heard(
+        self, node: str, busy_with: str | None, busy_state: str | None, now_ms: int
+    ) -> list[Change]:
+        """A heartbeat: batch jobs holding the slot of ``node`` (lost while in flight) let
+        it go unless the node says it still holds or runs that job."""
+        out: list[Change] = []
+        for job_id in list(self._lost_slots.get(node, ())):
+            if job_id == busy_with and busy_state in ("committed", "running"):
+                continue
+            self._lost_slots[node].discard(job_id)
+            if (job := self.jobs.get(job_id)) is not None:
+                changes: list[Change] = list(job.release_slot(node, now_ms))
+                self._after(job, changes)
+                out += changes
+        if not self._lost_slots.get(node, True):
+            del self._lost_slots[node]
+        return out
+
+    def unreported(
+        self, node: str, busy_with: str | None, busy_state: str | None = None
+    ) -> list[Send]:
+        """Commands to send again, judged from what a node's heartbeat says it is doing.
+
+        - ``commit`` while the job votes and the node's vote is not recorded: the commit
+          was lost (a full queue, a blip), or the node's ack was (sent to a server that
+          died, or while no server led). A node that holds the job re-acks it; one busy
+          with another job nacks ``busy``: either way the vote is counted.
+        - ``run`` for a running job the node should run but says it is not busy with: a
+          node that finished it (its result sent while no leader listened) answers with
+          its stored outcome; one that never had the job answers ``nack_run``.
+        - ``run`` when the node says it is still only ``committed`` to a running job in
+          which it is ready: the run was lost.
+
+        The caller rate-limits; a repeat is always safe (the agent never runs twice).
+        """
+        out: list[Send] = []
+        for job_id in self._active_by_node.get(node, ()):
+            job = self.jobs[job_id]
+            state = job.nodes[node].state
+            if job.state.value == "voting":
+                if state is NodeState.NEW:
+                    out.append(Send("commit", job_id, node))
+            elif job.state.value == "running":
+                lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
+                lost_run = (
+                    job_id == busy_with and busy_state == "committed" and state is NodeState.READY
+                )
+                if lost_result or lost_run:
+                    out.append(Send("run", job_id, node))
+        return out
+
+    def stale_hold(self, node: str, busy_with: str | None, busy_state: str | None) -> Send | None:
+        """An ``abort`` for a job a node holds or runs that is over for it; else None.
+
+        A node that acted on a commit late (it was paused through the vote, or its vote
+        came after the job ended) would otherwise stay committed until its own commit
+        timeout, refusing every other job as ``busy``; one that was paused or cut off while
+        it ran is reported ``crashed`` while its command runs on. The job has ended, or
+        ended for this node (crashed, unavailable, quorum lost, timed out), or is not known
+        at all (only a job retired long after it ended is): the node is told to let go.
+        """
+        if busy_with is None or busy_state not in ("committed", "running"):
+            return None
+        job = self.jobs.get(busy_with)
+        if job is not None and not job.finished:
+            record = job.nodes.get(node)
+            if record is not None and record.state not in TERMINAL_NODE_STATES:
+                return None
+        return Send("abort", busy_with, node)
 
     # --- queries --------------------------------------------------------------------------
 

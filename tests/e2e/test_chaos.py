@@ -45,7 +45,7 @@ def test_a_leftover_is_described_and_killed(tmp_path: Path) -> None:
     left = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
     try:
         # Its environment shows in /proc only once its exec is done, a little after Popen.
-        wait_until(lambda: chaos._job_pids("j1") == [left.pid])
+        wait_until(lambda: chaos.job_pids("j1") == [left.pid])
         rows = {"node-2": {"state": "crashed", "reason": "node restarted"}}
         why = chaos.leftovers("j1", [left.pid], rows, later_s=0.2)
         assert f"pid {left.pid} on node-2: 'sleep 60' state " in why  # S, or R just started

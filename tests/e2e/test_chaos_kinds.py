@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.testbed.chaos import Chaos
-from pushjobs.testbed.chaosbatch import peak_in_flight, window_of
-from pushjobs.testbed.chaosplan import Narrow
+from pushjobs.testbed.chaos import Chaos, Narrow, peak_in_flight, window_of
 
 S = 1_000_000_000  # nanoseconds
 
