@@ -10,6 +10,8 @@ to check what the page says of them.
 from __future__ import annotations
 
 import json
+import stat
+from pathlib import Path
 
 from tests.e2e.doc_recipes import DOCS, Walkthrough, blocks, commands, set_up_fleet
 
@@ -24,6 +26,9 @@ def test_environment_and_secrets_reach_the_command_and_stay_secret(walk: Walkthr
         walk.block(kind, body)
     secret = walk.env["DB_PASSWORD"]
     assert secret, "the export line set no value"
+    env_file = Path(walk.env["HOME"]) / ".config" / "pushjobs" / "deploy.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert f"DB_PASSWORD={secret}\n" in env_file.read_text()
     starts = [line for line in commands(found[2][1]) if line.startswith("pushjobs job start")]
     assert len(starts) == 3, starts
     for line in starts:
