@@ -1,7 +1,7 @@
 """The one-time import of a registry file into the ordered log's ``keys`` topic.
 
 Theory of operation. An installation that kept its registry in ``registry.json`` (and the
-README's first step, which adds the first admin to that file before any server runs) moves
+docs/fleet.md's first step, which adds the first admin to that file before any server runs) moves
 to the log when a server starts on a ``keys`` topic that has never held a record: every
 entry is written as it is (state, role, attempts, times), one record per name, in one
 append; then the file is renamed ``registry.json.imported``. The rename is the marker:

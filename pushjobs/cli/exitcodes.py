@@ -1,8 +1,8 @@
 """Exit codes of the ``pushjobs`` CLI and the daemons: one table, stable for scripts.
 
-``CODES`` is the table: every code with its name and one line of meaning. The README's
-table, every command's ``--help`` epilogue (``epilog``) and ``for_error`` come from it,
-and ``tests/cli/test_exitcodes.py`` checks the README against it. ``pushjobs-server`` and
+``CODES`` is the table: every code with its name and one line of meaning. The table in
+docs/operating.md, every command's ``--help`` epilogue (``epilog``) and ``for_error`` come
+from it, and ``tests/cli/test_exitcodes.py`` checks that page against it. ``pushjobs-server`` and
 ``pushjobs-agent`` use the same numbers where they mean the same thing: 0 a clean stop,
 2 bad arguments, 9 bad configuration (systemd is told not to restart on 9), 1 anything
 else that stopped them.
@@ -58,7 +58,7 @@ def epilog() -> str:
 
 
 def markdown_table() -> str:
-    """The table as the README shows it."""
+    """The table as docs/operating.md shows it."""
     lines = ["| code | name | meaning |", "|---|---|---|"]
     lines += [f"| {int(c)} | `{c.name.lower()}` | {text} |" for c, text in CODES.items()]
     return "\n".join(lines)

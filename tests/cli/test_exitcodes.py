@@ -1,4 +1,4 @@
-"""One table of exit codes: the code, every command's help and the README say the same.
+"""One table of exit codes: the code, every command's help and docs/operating.md say the same.
 
 Also the conventions of the ``pushjobs`` command a Salt or knife user expects: ``-h`` on
 every command, shell completion, help without a Python type on every flag.
@@ -23,7 +23,7 @@ from pushjobs import errors
 from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import CODES, Exit, for_error, markdown_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 runner = CliRunner()
 
 
@@ -55,15 +55,15 @@ def test_the_codes_are_0_to_10_each_named_and_explained() -> None:
     assert all(text and "\n" not in text for text in CODES.values())
 
 
-def test_the_readme_table_is_the_code_table() -> None:
-    text = README.read_text()
+def test_the_docs_table_is_the_code_table() -> None:
+    text = PAGE.read_text()
     section = text.split("## Exit codes", 1)
-    assert len(section) == 2, "README.md has no '## Exit codes' section"
+    assert len(section) == 2, "docs/operating.md has no '## Exit codes' section"
     body = section[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (.+?) \|$", body, re.MULTILINE)
     assert [(int(c), n, m) for c, n, m in rows] == [
         (int(code), code.name.lower(), meaning) for code, meaning in CODES.items()
-    ], f"README.md's exit-code table should read:\n{markdown_table()}"
+    ], f"docs/operating.md's exit-code table should read:\n{markdown_table()}"
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "pushjobs")

@@ -21,7 +21,7 @@ from pushjobs.errors import ApiError, Unreachable
 from pushjobs.states import TERMINAL_JOB_STATES
 from pushjobs.testbed.sandbox import DEFAULT_WHITELIST, Sandbox
 from pushjobs.testbed.tomlwrite import toml_text
-from tests.e2e.readme_blocks import FLEET_WAITS, Walkthrough
+from tests.e2e.doc_recipes import FLEET_WAITS, Walkthrough
 from tests.support import wait_until
 
 TERMINAL = {state.value for state in TERMINAL_JOB_STATES}
@@ -138,7 +138,7 @@ def run_cli(config: Path, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def walk(tmp_path: Path) -> Iterator[Walkthrough]:
-    """A README walkthrough (``readme_blocks``) in a directory of its own, its programs
+    """A docs walkthrough (``doc_recipes``) in a directory of its own, its programs
     stopped at the end."""
     walk = Walkthrough(tmp_path, FLEET_WAITS)
     try:

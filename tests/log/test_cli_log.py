@@ -183,7 +183,7 @@ def test_tail_follow_prints_new_records_until_interrupted(path, children):
 
 
 def test_on_the_servers_host_the_default_is_the_servers_log(path, tmp_path, monkeypatch):
-    # The README's layout: the log named in the server's config, not under $PUSHJOBS_HOME.
+    # docs/fleet.md's layout: the log named in the server's config, not under $PUSHJOBS_HOME.
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "server.toml").write_text(

@@ -1,18 +1,22 @@
-"""Running README.md's recipes as written: its sections' code blocks, in order.
+"""Running the docs' recipes as written: a page's (or one section's) code blocks, in order.
 
-A section's ```toml blocks are written to the files their comment lines name (a block may
-name several: ``# ~/.config/pushjobs/config.toml`` starts the next file); a file that
-exists already gets only the keys the block shows, the lines a reader changes. Every
-```sh line is run by bash, with its ``\\`` continuations joined (``NAME=$(...)`` keeps its
-output for the lines after it), and the long-running programs it starts (``DAEMONS``) run
-in the background until the test ends, each waited for until its ready line.
+Each page under ``docs/`` is read from its own file (``blocks(page, heading)``), so a
+recipe is tested from the text it lives in. A ```toml or ```dotenv block is written to
+the file its first comment line names (a toml block may name several:
+``# ~/.config/pushjobs/config.toml`` starts the next file); its directory must exist
+already, as for a reader's editor (an earlier block makes it). A toml file that exists
+already gets only the keys the block shows, the lines a reader changes. Every ```sh line
+is run by bash, with its ``\\`` continuations joined (``NAME=$(...)`` keeps its output for
+the lines after it, ``export NAME=VALUE`` its value), and the long-running programs it
+starts (``DAEMONS``) run in the background until the test ends, each waited for until its
+ready line.
 
 Only what must differ on a test machine is replaced, all in ``replacements``: the hosts
 become 127.0.0.1, the ports free ones, ``/etc/pushjobs`` and ``/var/lib/pushjobs``
 directories of the test, ``~`` a home of the test, ``.venv/bin/`` this
 interpreter's directory. A test adds its own (a smaller fleet) and says why. Waits stand
 for a person reading the output before going on (``waits``: a line starting with a key
-runs once its condition holds). If the README changes, the tests run the new text; if a
+runs once its condition holds). If a page changes, the tests run the new text; if a
 command in it cannot work, they fail.
 """
 
@@ -32,7 +36,10 @@ from pushjobs.testbed.childproc import Proc, await_ready, spawn, stop_all
 from pushjobs.testbed.sandbox import free_port
 from tests.support import wait_until
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+FLEET_PAGE = DOCS / "fleet.md"
 FLEET = "## Running a real fleet"
 # The programs a recipe leaves running, and the first word of each one's ready line.
 DAEMONS = {
@@ -40,11 +47,12 @@ DAEMONS = {
     "pushjobs-agent": "pushjobs-agent",
     "pushjobs simulate run": "pushjobs-simulate",
 }
-BLOCK = re.compile(r"^```(toml|sh)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(r"^```(toml|dotenv|sh)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 ASSIGNMENT = re.compile(r"^([A-Z_]+)=\$\((.*)\)$")
-FILE_LINE = re.compile(r"^# ([~/]\S*\.toml):?(\s|$)")
+EXPORT = re.compile(r"^export ([A-Z_]+)=(.*)$")
+FILE_LINE = re.compile(r"^# ([~/]\S*\.(?:toml|env)):?(\s|$)")
 KEY_LINE = re.compile(r"^([A-Za-z0-9_.\"-]+)\s*=")
-# The README's ports: server A, server B (``server-b.toml``), the node, the metrics.
+# The docs' ports: server A, server B (``server-b.toml``), the node, the metrics.
 PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7800", "9464", "9465")
 
 Wait = Callable[["Walkthrough"], bool]
@@ -57,8 +65,12 @@ def section(text: str, heading: str) -> str:
     return text[start : start + len(heading) + end.start()] if end else text[start:]
 
 
-def blocks(text: str, heading: str) -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(section(text, heading))]
+def blocks(page: Path, heading: str | None = None) -> list[tuple[str, str]]:
+    """The code blocks of ``page`` (a file under ``docs/``, or the README), in order: all
+    of them, or those of the section under ``heading``."""
+    text = page.read_text()
+    part = text if heading is None else section(text, heading)
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(part)]
 
 
 def commands(body: str) -> list[str]:
@@ -72,7 +84,7 @@ def commands(body: str) -> list[str]:
 
 
 def files(body: str) -> list[tuple[str, str]]:
-    """A toml block's files: each starts at a comment line naming it."""
+    """A file block's files: each starts at a comment line naming it."""
     found: list[tuple[str, list[str]]] = []
     for line in body.splitlines(keepends=True):
         named = FILE_LINE.match(line)
@@ -133,20 +145,22 @@ class Walkthrough:
     def path(self, name: str) -> Path:
         return Path(self.apply(name).replace("~", self.env["HOME"], 1))
 
-    def write(self, block: str) -> list[Path]:
-        """Each file the block names: written whole, or, if it exists, its keys changed."""
+    def write(self, block: str, kind: str = "toml") -> list[Path]:
+        """Each file the block names: written whole, or, if a toml file exists, its keys
+        changed. Its directory must be there already, as for a reader's editor."""
         written = []
         for name, text in files(block):
             path = self.path(name)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            assert path.parent.is_dir(), f"{name}: its directory is made by no earlier block"
             body = self.apply(text)
-            path.write_text(merge(path.read_text(), body) if path.exists() else body)
+            exists = path.exists() and kind == "toml"
+            path.write_text(merge(path.read_text(), body) if exists else body)
             written.append(path)
         return written
 
     def block(self, kind: str, body: str) -> None:
-        if kind == "toml":
-            self.write(body)
+        if kind != "sh":
+            self.write(body, kind)
             return
         for line in commands(body):
             self.run(line)
@@ -160,12 +174,18 @@ class Walkthrough:
         for prefix, ready in self.waits.items():
             if command.startswith(prefix):
                 wait_until(partial(ready, self), 30.0, 0.2)
+        exported = EXPORT.match(command)
+        if exported:
+            # What bash makes of the value, kept for the lines after it.
+            command = f"printf %s {exported.group(2)}"
         assignment = ASSIGNMENT.match(command)
         result = self.bash(assignment.group(2) if assignment else command)
         assert result.returncode in codes, f"{line}\nexit {result.returncode}\n{result.stderr}"
         self.outputs[line] = result.stdout
         if assignment:
             self.env[assignment.group(1)] = result.stdout.strip()
+        if exported:
+            self.env[exported.group(1)] = result.stdout
         return result
 
     def bash(self, command: str) -> subprocess.CompletedProcess[str]:
@@ -205,7 +225,7 @@ class Walkthrough:
         return json.loads(result.stdout) if result.returncode == 0 else None
 
     def output(self, prefix: str) -> str:
-        """What the first README line starting with ``prefix`` printed (``.venv/bin/``
+        """What the first line run that starts with ``prefix`` printed (``.venv/bin/``
         aside)."""
         return next(
             out
@@ -262,9 +282,10 @@ FLEET_WAITS: dict[str, Wait] = {
 
 
 def set_up_fleet(walk: Walkthrough) -> None:
-    """ "Running a real fleet" up to its node accepted and online: one server, the node
-    ``web-01``, the operator ``alice``; the sections that build on it start here."""
-    for kind, body in blocks(README.read_text(), FLEET):
+    """docs/fleet.md's "Running a real fleet" up to its node accepted and online: one
+    server, the node ``web-01``, the operator ``alice``; the pages that build on it start
+    here."""
+    for kind, body in blocks(FLEET_PAGE, FLEET):
         if kind == "sh" and commands(body)[0].startswith("pushjobs node list"):
             break  # "Then:": the jobs
         walk.block(kind, body)

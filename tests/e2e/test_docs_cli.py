@@ -1,0 +1,65 @@
+"""docs/cli.md, run as written: its code blocks ("Environment and secrets"), in order.
+
+The page builds on docs/fleet.md, so the test starts from its fleet (``set_up_fleet``).
+How the blocks run (an ``export`` line's value kept for the lines after it, the env file
+written where its comment line says) is in ``tests/e2e/doc_recipes.py``. Beyond the
+page's lines the test reads each job back (``job status``, ``job list``, ``job output``)
+to check what the page says of them.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+from tests.e2e.doc_recipes import DOCS, Walkthrough, blocks, commands, set_up_fleet
+
+PAGE = DOCS / "cli.md"
+
+
+def test_environment_and_secrets_reach_the_command_and_stay_secret(walk: Walkthrough) -> None:
+    set_up_fleet(walk)
+    found = blocks(PAGE)
+    assert [kind for kind, _ in found] == ["sh", "dotenv", "sh"], "the page's blocks changed"
+    for kind, body in found:
+        walk.block(kind, body)
+    secret = walk.env["DB_PASSWORD"]
+    assert secret, "the export line set no value"
+    env_file = Path(walk.env["HOME"]) / ".config" / "pushjobs" / "deploy.env"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert f"DB_PASSWORD={secret}\n" in env_file.read_text()
+    starts = [line for line in commands(found[2][1]) if line.startswith("pushjobs job start")]
+    assert len(starts) == 3, starts
+    for line in starts:
+        assert "complete: 1 succeeded" in walk.outputs[line], walk.outputs[line]
+
+    listed = walk.json("pushjobs job list")
+    assert isinstance(listed, dict), listed
+    jobs = [job for job in listed["jobs"] if job["command"] == "deploy"][::-1]  # oldest first
+    assert len(jobs) == 3, listed
+    shown = []
+    for job in jobs:
+        status = walk.bash(f"pushjobs job status {job['job_id']} --json")
+        assert status.returncode == 0, status.stderr
+        shown.append(json.loads(status.stdout)["options"])
+        assert secret not in status.stdout
+    # --env MODE=blue: plain, shown by job status --json.
+    assert shown[0]["env"] == {"MODE": "blue"}, shown[0]
+    # --secret-env and --env-file: named, never shown, by job status --json and job list --json.
+    for options in shown[1:]:
+        assert options["secret_env"] == {"DB_PASSWORD": "<secret>"}, options
+    for job in jobs[1:]:
+        assert job["options"]["secret_env"] == {"DB_PASSWORD": "<secret>"}, job
+    assert secret not in json.dumps(listed)
+
+    outputs = []
+    for job in jobs:
+        out = walk.bash(f"pushjobs job output {job['job_id']} web-01")
+        assert out.returncode == 0, out.stderr
+        outputs.append(out.stdout)
+    assert outputs[0].startswith("deploying: mode blue\n"), outputs[0]
+    assert "database password given" not in outputs[0]
+    for out in outputs[1:]:
+        assert "database password given" in out, out
+        assert secret not in out
