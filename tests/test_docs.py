@@ -154,3 +154,38 @@ def test_every_benchmark_line_names_a_script_and_its_options() -> None:
             helps[script] = shown.stdout
         for flag in (a for a in args if a.startswith("--")):
             assert re.search(rf"{re.escape(flag)}\b", helps[script]), f"{script}: no {flag}"
+
+
+def _architecture_names() -> set[str]:
+    """Every ``name.py`` and ``dir/name.py`` the architecture page names in backquotes."""
+    text = (DOCS / "architecture.md").read_text()
+    return set(re.findall(r"`([\w/]*\w+\.py)`", text)) | set(
+        re.findall(r"\b([\w/]+\.py)\b", text.split("```")[1])
+    )
+
+
+def test_the_architecture_page_names_only_modules_that_exist() -> None:
+    modules = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("**/*.py")}
+    basenames = {path.rsplit("/", 1)[-1] for path in modules}
+
+    def exists(name: str) -> bool:
+        # ``shell/commands.py`` is read within its package's section: a path's tail will do.
+        if "/" in name:
+            return name in modules or any(path.endswith(f"/{name}") for path in modules)
+        return name in basenames
+
+    missing = sorted(
+        name for name in _architecture_names() if not name.startswith("_") and not exists(name)
+    )
+    assert missing == [], f"docs/architecture.md names what is not there: {missing}"
+
+
+@pytest.mark.parametrize("package", ["server/core", "server/shell", "server/front", "agent"])
+def test_the_architecture_page_maps_every_module_of_the_daemons(package: str) -> None:
+    named = _architecture_names()
+    unnamed = sorted(
+        path.name
+        for path in (ROOT / package).glob("*.py")
+        if path.name != "__init__.py" and path.name not in named
+    )
+    assert unnamed == [], f"docs/architecture.md does not say what {package}/{unnamed} own"
