@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from pushjobs.cli.app import app
 from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import create_standard_topics
-from pushjobs.pipeline import demo, metrics, spark_job
+from pushjobs.pipeline import demo, metrics, spark_job, uptime
 from pushjobs.pipeline.archive import Archiver
 from tests.pipeline import history as h
 
@@ -86,7 +86,7 @@ def test_a_window_reads_its_days_and_agrees_with_the_reference(spark, tmp_path):
     df = spark_job.load(spark, str(tmp_path), since, until)
     read = df.select(F.input_file_name().alias("f")).distinct().collect()
     days = sorted({Path(r["f"]).parent.name for r in read})
-    name = metrics.liveness.day_name
+    name = uptime.day_name
     assert days == [f"date={name(day3 + d * demo.DAY_MS)}" for d in range(-3, 1)]
 
     def days_of(kind):
