@@ -371,7 +371,14 @@ class Server:
         # New keys first: a node admitted this turn must pass the reply channel's ZAP
         # check (it reads the registry) once its config reply reaches it.
         self.enrolment.admission.flush(now, force=self.stopping)
-        self.watches.answer(self.jobs.coordinator, now, now_ms, self.responder)
+        self.watches.answer(
+            self.jobs.coordinator,
+            now,
+            now_ms,
+            self.responder,
+            leading=self.leadership.leader,
+            leader_api=self.membership.leader_api,
+        )
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)
 

@@ -29,7 +29,7 @@ from pushjobs.errors import ApiError, ProtocolError, UnknownKey
 from pushjobs.protocol.codec import decode
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import reason_for
-from pushjobs.protocol.messages import ApiReply, ApiRequest, ConfigRequest, ErrorBody, Message
+from pushjobs.protocol.messages import ApiRequest, ConfigRequest, Message
 from pushjobs.protocol.replay import ReplayWindow
 from server.front.auth import RegistryKeys, open_api_frames
 from server.front.enrolment import Enrolment
@@ -183,9 +183,4 @@ class ApiFront:
 
     def _not_leader(self, identity: bytes, request_id: str, now_ms: int) -> None:
         leader = self.membership.leader_api() if self.membership is not None else None
-        where = f"the leader is at {leader}" if leader else "no leader is known yet"
-        error = ErrorBody(methods.NOT_LEADER, f"this server is not the leader; {where}", leader)
-        frames = self.responder.outbox.frames(
-            ApiReply, now_ms, request_id=request_id, ok=False, error=error
-        )
-        self.responder.queue(identity, frames)
+        self.responder.not_leader(identity, request_id, leader, now_ms)

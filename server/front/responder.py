@@ -39,6 +39,14 @@ class Responder:
         )
         self.queue(identity, frames)
 
+    def not_leader(self, identity: bytes, request_id: str, leader: str | None, now_ms: int) -> None:
+        """``not_leader``, naming the leader's API endpoint when it is known: the client
+        follows it there."""
+        where = f"the leader is at {leader}" if leader else "no leader is known yet"
+        error = ErrorBody(methods.NOT_LEADER, f"this server is not the leader; {where}", leader)
+        frames = self.outbox.frames(ApiReply, now_ms, request_id=request_id, ok=False, error=error)
+        self.queue(identity, frames)
+
     def take(self) -> list[tuple[bytes, list[bytes]]]:
         pending, self.pending = self.pending, []
         return pending

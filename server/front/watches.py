@@ -12,6 +12,11 @@ Watches hold memory and a reply slot for up to ``MAX_WATCH_S`` each, and any rea
 ask: they are capped per client process and in total, and one over a cap is refused at
 once with ``busy`` (the CLI says so) instead of being parked.
 
+A server that stops leading (its lease lost, a successor elected) answers every parked
+watch ``not_leader``, naming the leader when it knows it, so each client follows the job
+to the server that now holds it. Its own coordinator is a fresh, empty one by then: read
+from it, the jobs would look gone (``not_found``) although they run on at the leader.
+
 Killed at any line: parked watches are lost; each client's wait times out and it asks
 again (``pushjobs job status --watch`` does).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -87,9 +93,24 @@ class Watches:
         self.count += 1
 
     def answer(
-        self, coordinator: Coordinator, now: float, now_ms: int, responder: Responder
+        self,
+        coordinator: Coordinator,
+        now: float,
+        now_ms: int,
+        responder: Responder,
+        *,
+        leading: bool = True,
+        leader_api: Callable[[], str | None] = lambda: None,
     ) -> None:
-        """Answer the watches whose job moved or is gone, and those whose time is up."""
+        """Answer the watches whose job moved or is gone, and those whose time is up; all
+        of them ``not_leader`` (with ``leader_api()``) on a server that does not lead."""
+        if not leading:
+            if self.count:
+                leader = leader_api()
+                for watch in self.parked:
+                    self._release(watch)
+                    responder.not_leader(watch.identity, watch.request_id, leader, now_ms)
+            return
         touched = coordinator.take_touched()
         if coordinator is not self._coordinator:
             # A new coordinator (a takeover, standing by): it may not know any parked job.
@@ -111,6 +132,16 @@ class Watches:
     def _reply(
         self, watch: Watch, coordinator: Coordinator, now_ms: int, responder: Responder
     ) -> None:
+        self._release(watch)
+        if watch.job_id not in coordinator.versions:
+            problem = f"no job {watch.job_id!r}"
+            responder.error(watch.identity, watch.request_id, methods.NOT_FOUND, problem, now_ms)
+            return
+        view = coordinator.view(watch.job_id, nodes=watch.nodes)
+        responder.ok(watch.identity, watch.request_id, {"job": view}, now_ms)
+
+    def _release(self, watch: Watch) -> None:
+        """Unpark a watch about to be answered (its heap entry is skipped from now on)."""
         watch.done = True
         self.count -= 1
         mine = self.by_job[watch.job_id]
@@ -122,12 +153,6 @@ class Watches:
             self.per_client[watch.client] = left
         else:
             del self.per_client[watch.client]
-        if watch.job_id not in coordinator.versions:
-            problem = f"no job {watch.job_id!r}"
-            responder.error(watch.identity, watch.request_id, methods.NOT_FOUND, problem, now_ms)
-            return
-        view = coordinator.view(watch.job_id, nodes=watch.nodes)
-        responder.ok(watch.identity, watch.request_id, {"job": view}, now_ms)
 
     @property
     def parked(self) -> list[Watch]:

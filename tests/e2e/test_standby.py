@@ -316,3 +316,48 @@ def test_with_no_leader_the_cli_waits_its_timeout_then_exits_6(pair: Pair) -> No
 def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(app, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
+
+
+def test_a_watch_parked_on_a_leader_that_stands_down_follows_the_job_to_the_new_leader(
+    leader_first: Pair,
+) -> None:
+    """``job start`` waits on the leader, which is stopped past its lease mid-run: the
+    standby takes the job over. Woken, the old leader stands by and answers the watch it
+    held ``not_leader``, naming the new leader; the CLI follows and ends with the job's own
+    outcome (it used to exit 8, "no job": the deposed server's coordinator is empty)."""
+    pair = leader_first
+    config = client_config(pair, [pair.sandbox.api, pair.standby_api])
+    argv = [sys.executable, "-m", "pushjobs.cli.app", "job", "start", "count-slowly", "node-*"]
+    env = {**pair.sandbox.env(), "PUSHJOBS_CONFIG": str(config)}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    old = pair.sandbox.procs["server"].pid
+    try:
+        job_id = wait_until(lambda: (jobs := pair.call("job.list")["jobs"]) and jobs[0]["job_id"])
+        for name in pair.sandbox.nodes:
+            pair.wait_node_state(job_id, name, "running")
+        os.kill(old, signal.SIGSTOP)
+        try:
+            standby = pair.connect([pair.standby_api])
+            try:
+                wait_until(lambda: pair.leader_api() == pair.standby_api, timeout_s=20)
+                wait_until(
+                    lambda: (
+                        standby.call("job.status", {"job_id": job_id})["job"]["state"] == "complete"
+                    ),
+                    timeout_s=30,
+                )
+            finally:
+                standby.close()
+        finally:
+            os.kill(old, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == Exit.OK, (out, err)
+    assert "complete: 3 succeeded" in out
+    for name in pair.sandbox.nodes:
+        assert (pair.root / f"count-{name}").read_text() == "x\n"

@@ -165,3 +165,24 @@ def test_a_forgotten_job_answers_its_watches_not_found() -> None:
     watches.answer(coord, 0.2, T0, responder)
     [reply] = replies(responder)
     assert reply.error is not None and reply.error.code == methods.NOT_FOUND
+
+
+def test_a_server_that_stops_leading_answers_every_parked_watch_not_leader() -> None:
+    coord = coordinator_with_job()
+    watches = Watches()
+    responder = Responder(Outbox("s", "i", HmacSigner("k", b"x" * 32)))
+    seen = coord.versions["j1"]
+    watches.park(b"id1", request("j1", seen, rid="r1"), now=0.0)
+    watches.park(b"id2", request("j1", seen, rid="r2", incarnation="other"), now=0.0)
+    watches.answer(coord, 0.0, T0, responder)
+    assert replies(responder) == []  # the job has not moved: both stay parked
+    # Deposed: a fresh, empty coordinator; the job lives on at the leader.
+    watches.answer(Coordinator(), 1.0, T0, responder, leading=False, leader_api=lambda: "tcp://b")
+    answered = replies(responder)
+    assert sorted(r.request_id for r in answered) == ["r1", "r2"]
+    for reply in answered:
+        assert not reply.ok and reply.error is not None
+        assert reply.error.code == methods.NOT_LEADER
+        assert reply.error.leader == "tcp://b"
+    assert watches.count == 0 and watches.parked == [] and watches.per_client == {}
+    assert watches.next_deadline() is None
