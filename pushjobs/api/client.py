@@ -19,7 +19,9 @@ Several servers. A client may be given several API endpoints: one
 leads, the others stand by and refuse ``job.*`` and ``node.*`` requests with
 ``not_leader``, naming the leader's endpoint when they know it. ``call`` follows: after a
 refusal it asks the named leader (signed by the server key, so trusted even when it is
-not in the list), else the next endpoint in turn; after silence, the next endpoint. It
+not in the list), else the next endpoint in turn; after silence, the next endpoint
+(from a leader it followed that is not in the list, the configured ones again: a client
+given one server is not stuck on a dead leader that server once named). It
 keeps trying until its timeout (a takeover takes a lease session), telling the user once
 (``on_wait``: "waiting for a leader...") and pausing briefly between refusals; a lone
 server that answers ``not_leader`` is waited for the same way.
@@ -108,6 +110,14 @@ class Failover:
         self.current = self._after(self.current)
         return self.current
 
+    @property
+    def candidates(self) -> list[str]:
+        """Who may be asked: the configured endpoints, and a leader followed from them
+        (which, gone silent, sends the client back to the configured ones)."""
+        if self.current in self.endpoints:
+            return self.endpoints
+        return [*self.endpoints, self.current]
+
     def _after(self, endpoint: str) -> str:
         i = self.endpoints.index(endpoint) if endpoint in self.endpoints else -1
         return self.endpoints[(i + 1) % len(self.endpoints)]
@@ -175,7 +185,7 @@ class ApiClient:
     @property
     def attempt_s(self) -> float:
         """How long one server may stay silent before the next is asked."""
-        n = len(self.failover.endpoints)
+        n = len(self.failover.candidates)
         return self.timeout_s if n == 1 else max(MIN_ATTEMPT_S, self.timeout_s / (2 * n))
 
     def _connect(self) -> zmq.Socket[bytes]:
@@ -210,7 +220,8 @@ class ApiClient:
         """The method's result, from the leader for the methods that need one; ApiError
         subclasses on refusal, Unreachable on silence (see the module's docstring)."""
         params = params or {}
-        several = len(self.failover.endpoints) > 1
+        # A leader followed from a lone configured server counts: silent, it is left.
+        several = len(self.failover.candidates) > 1
         extra_s = 0.0
         if method == "job.watch":
             extra_s = min(float(params.get("wait_s", 0) or 0), methods.MAX_WATCH_S)
@@ -222,6 +233,7 @@ class ApiClient:
         deadline = time.monotonic() + self.timeout_s + extra_s
         refusals = closed = 0
         while True:
+            several = len(self.failover.candidates) > 1  # grows once a leader is followed
             try:
                 if several and not resend_safe(method):
                     self._exchange(PROBE, {}, min(self.attempt_s, self._left(deadline)))

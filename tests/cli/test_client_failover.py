@@ -433,3 +433,52 @@ def test_every_server_down_is_unreachable_after_the_timeout_told_once() -> None:
     with client, pytest.raises(Unreachable, match=" or ".join(endpoints)):
         client.call("node.list", {})
     assert told == [WAITING]
+
+
+def test_one_endpoint_client_leaves_a_named_leader_that_went_silent(clock: Clock) -> None:
+    """Given only A, the client follows A's "the leader is B" to B; B then dies. Later
+    calls are not stuck on B for the whole timeout: after one attempt they go back to A,
+    which leads by now (issue: "a client stuck on a dead leader")."""
+    state = {"a_leads": False}
+
+    def a(method: str) -> ApiReply | None:
+        return ok()(method) if state["a_leads"] else not_leader(B)(method)
+
+    c, _ = make(clock, [A], {A: a, B: ok()})
+    assert c.call("job.status", {"job_id": "x"}) == "done"
+    assert c.endpoint == B
+    del c.servers[B]  # B dies; A takes over
+    state["a_leads"] = True
+    start = clock.now
+    assert c.call("job.status", {"job_id": "x"}) == "done"
+    assert c.sent[-2:] == [(B, "job.status"), (A, "job.status")]
+    assert clock.now - start <= 10.0 / 4 + 0.01  # one attempt's share, not the whole timeout
+    assert c.endpoint == A
+    # A job start is not sent to a silent leader it followed: probed first, then A.
+    del c.servers[A]
+    c.servers[B] = ok()
+    state["a_leads"] = False
+    c.servers[A] = a
+    c.call("job.status", {"job_id": "x"})  # A names B again
+    del c.servers[B]
+    state["a_leads"] = True
+    c.call("job.start", {"command": "true", "nodes": ["n"]})
+    assert [s for s in c.sent if s[1] == "job.start"] == [(A, "job.start")]
+
+
+def test_a_named_leader_silent_within_the_same_call_sends_it_back_to_the_configured(
+    clock: Clock,
+) -> None:
+    answers = iter([not_leader(B), ok()])
+    current = {"a": next(answers)}
+
+    def a(method: str) -> ApiReply | None:
+        answer = current["a"](method)
+        if method.startswith("job."):
+            current["a"] = next(answers, ok())
+        return answer
+
+    c, _ = make(clock, [A], {A: a})  # B named, but dead
+    assert c.call("job.status", {"job_id": "x"}) == "done"
+    assert c.sent == [(A, "job.status"), (B, "job.status"), (A, "job.status")]
+    assert clock.now - 1000.0 <= 10.0 / 4 + 0.3
