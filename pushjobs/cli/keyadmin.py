@@ -17,7 +17,8 @@ A registry is opened directly only when named:
   server's host before its first start: the server imports the file then), or, with
   neither and no client config, the default file under ``$PUSHJOBS_HOME`` (one machine,
   the quickstart layout). A file a server has imported is refused: it is no longer the
-  registry (``keys.importer``).
+  registry (``keys.importer``). The variable, often left over from that bootstrap, gives
+  way to a client config once its file was imported: the server is asked, and told so.
 
 Every output says which.
 
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 
 from keys import admin
 from keys.identity import PublicIdentity, b64
-from keys.importer import import_once, refuse_imported
+from keys.importer import import_once, imported_path, refuse_imported
 from keys.registry import KeyRegistry
 from keys.topicstore import LogStore
 from pushjobs import paths
@@ -100,6 +101,7 @@ class LocalKeys:
 @dataclass
 class RemoteKeys:
     client: ApiClient
+    notes: list[str] = field(default_factory=list)  # said once, on stderr
 
     @property
     def where(self) -> str:
@@ -148,16 +150,29 @@ def target(
 ) -> Iterator[Keys]:
     """The server when a client config exists, else a registry opened locally (see the
     docstring)."""
-    explicit = registry or _env_path("PUSHJOBS_KEY_REGISTRY")
+    from_env = None if registry is not None else _env_path("PUSHJOBS_KEY_REGISTRY")
+    has_client = config is not None or server is not None or userconfig.default_path().exists()
+    # The variable is often left over from bootstrapping the first admin: once a server
+    # has imported that file, a client config means the server's registry.
+    left_over = from_env is not None and has_client and imported_path(from_env).exists()
     if server_config is not None:
         with server_registry(server_config) as keys:
             yield keys
-    elif explicit is not None:
-        yield file_keys(explicit)
-    elif config is not None or server is not None or userconfig.default_path().exists():
+    elif registry is not None:
+        yield file_keys(registry)
+    elif from_env is not None and not left_over:
+        yield file_keys(from_env)
+    elif has_client:
         client = userconfig.connect(config, server)
         try:
-            yield RemoteKeys(client)
+            remote = RemoteKeys(client)
+            if left_over:
+                remote.notes.append(
+                    f"PUSHJOBS_KEY_REGISTRY names {from_env}, which a server imported into "
+                    f"the ordered log: asking the server instead (unset the variable to "
+                    "silence this)"
+                )
+            yield remote
         finally:
             client.close()
     else:

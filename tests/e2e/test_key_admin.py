@@ -86,3 +86,36 @@ def test_a_reader_may_not_manage_keys(fleet: Fleet) -> None:
     code, _, err = cli(config, "key", "accept", "--all")
     assert code == Exit.UNAUTHORIZED and "needs the admin role" in err
     assert len(KeyRegistry(fleet.sandbox.registry_path).list(KeyState.PENDING)) == 3
+
+
+def test_a_left_over_registry_variable_gives_way_to_the_server(tmp_path: Path) -> None:
+    """PUSHJOBS_KEY_REGISTRY still exported from bootstrapping the first admin names a
+    file the server has imported into the log: with a client config, the key commands ask
+    the server and say so (they used to fail, exit 10, "manage keys through the server")."""
+    fleet = make_fleet(
+        tmp_path, accept_nodes=False, nodes=["db-1"], server_extra={"server": {"key_store": "log"}}
+    )
+    try:
+        sandbox = fleet.sandbox
+        env = {
+            "PUSHJOBS_CONFIG": str(sandbox.client_config_path),
+            "PUSHJOBS_KEY_REGISTRY": str(sandbox.registry_path),
+        }
+
+        def pending() -> bool:
+            result = runner.invoke(app, ["key", "list", "--state", "pending"], env=env)
+            return result.exit_code == Exit.OK and "db-1" in result.stdout
+
+        wait_until(pending, 20)
+        result = runner.invoke(app, ["key", "reject", "db-1"], env=env)
+        assert result.exit_code == Exit.OK, result.stderr
+        assert result.stdout.strip() == "db-1: pending -> rejected"
+        assert "asking the server instead" in result.stderr
+        # Named on the command line, the file is still refused: that is an explicit wish.
+        result = runner.invoke(
+            app, ["key", "list", "--registry", str(sandbox.registry_path)], env=env
+        )
+        assert result.exit_code != Exit.OK
+        assert "imported into the ordered log" in result.stderr
+    finally:
+        fleet.close()
