@@ -4,8 +4,11 @@ Shared by the server (``pushjobs key`` through the API, ``server/front/keymethod
 CLI's local mode (a registry file named with ``--registry``, or a server's log with
 ``--server-config``), so both expand patterns and report results the same way. A pattern
 with ``*``, ``?`` or ``[`` is a shell glob over the registered names; a glob that matches
-nothing is an error, never a silent success. Each name gets its own result (previous
-state, new state, or its error): one bad name does not stop the others.
+nothing is an error, never a silent success; a name a glob matched that is already where
+the action leads (accepted, for accept) is left as it is and reported so, while one named
+exactly is an error. Each name gets its own result (previous state, new state, or its
+error, with ``code: not_found`` for an unknown name): one bad name does not stop the
+others.
 
 Killed at any line: every change is one atomic registry write (a locked file, ``keys.filestore``,
 or one append to the log, ``keys.topicstore``).
@@ -21,10 +24,12 @@ from keys.entry import Entry
 from keys.identity import PublicIdentity
 from keys.keystates import KeyState
 from keys.registry import KeyRegistry
-from pushjobs.errors import KeyFileError, NotFound, PushJobsError
+from pushjobs.errors import KeyFileError, NotFound, PushJobsError, UnknownIdentity
 
 GLOB_CHARS: Final = frozenset("*?[")
 ACTIONS: Final = ("accept", "reject", "delete")
+# The state an action leads to, for telling "already so" from a change.
+ALREADY: Final = {"accept": KeyState.ACCEPTED, "reject": KeyState.REJECTED}
 STATES: Final = frozenset(state.value for state in KeyState)
 
 
@@ -90,13 +95,24 @@ def move(
     if everything and action != "accept":
         raise KeyFileError("--all is only for accept (every pending key)")
     change: Callable[[list[str]], list[Entry]] = getattr(registry, action)
+    target = ALREADY.get(action)
+    exact = {n for n in names if GLOB_CHARS.isdisjoint(n)}
     results: list[dict[str, Any]] = []
     for name in expand(registry, names, everything):
         before = registry.find(name)
+        if before is not None and before.state is target and name not in exact:
+            # A glob over a mix ('web-*': some pending, some accepted) means "those not
+            # yet so": one already so is left as it is, not an error.
+            state = before.state.value
+            results.append({"name": name, "ok": True, "previous": state, "state": state})
+            continue
         try:
             after = change([name])
         except PushJobsError as exc:
-            results.append({"name": name, "ok": False, "error": str(exc)})
+            failed = {"name": name, "ok": False, "error": str(exc)}
+            if isinstance(exc, NotFound | UnknownIdentity):
+                failed["code"] = "not_found"  # the CLI's exit 8 when nothing else happened
+            results.append(failed)
             continue
         previous = (before or after[0]).state.value
         state = "deleted" if action == "delete" else after[0].state.value

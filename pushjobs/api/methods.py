@@ -62,7 +62,7 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                 next_due_ms, consumed_ms, last_fire {due_ms, job_id}, created_ms,
                 created_by}
 
-    RESULT: {name, ok, previous, state} or {name, ok: false, error}
+    RESULT: {name, ok, previous, state} or {name, ok: false, error, code?: "not_found"}
 
     JOB  = the job snapshot of ``Job.snapshot()`` (server/core/snapshot.py) plus ``version``
            (an int that grows with every change of the job): job_id, command, state, quorum,

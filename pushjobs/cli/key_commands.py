@@ -335,7 +335,9 @@ def _move(
     for result in results:
         if as_json:
             continue
-        if result["ok"]:
+        if result["ok"] and result["previous"] == result["state"]:
+            typer.echo(printable(f"{result['name']}: already {result['state']}"))
+        elif result["ok"]:
             typer.echo(printable(f"{result['name']}: {result['previous']} -> {result['state']}"))
         else:
             message = str(result["error"])
@@ -343,8 +345,11 @@ def _move(
             error(printable(message if message.startswith(name) else f"{name}: {message}"))
     if as_json:
         print_json(results)
-    if not all(r["ok"] for r in results):
-        raise typer.Exit(int(Exit.FAILED))
+    failed = [r for r in results if not r["ok"]]
+    if failed:
+        # Nothing done because no name was known: "no such key", as `key show` says it.
+        unknown = len(failed) == len(results) and all(r.get("code") == "not_found" for r in failed)
+        raise typer.Exit(int(Exit.NOT_FOUND if unknown else Exit.FAILED))
 
 
 def _each(

@@ -345,3 +345,29 @@ def test_server_config_with_a_file_store_uses_the_file(env):
     bad = server_toml(env, registry=path, key_store="nfs")
     result = invoke("list", "--server-config", bad)
     assert result.exit_code != 0 and "server.key_store" in result.stderr
+
+
+def test_a_glob_over_pending_and_accepted_keys_accepts_the_pending_and_succeeds(env):
+    invoke("add", gen(env, "web-1"), gen(env, "web-2"), gen(env, "web-3"))
+    invoke("accept", "web-2")
+    result = invoke("accept", "web-*")
+    assert result.exit_code == 0, result.stderr  # it used to exit 1 after doing its work
+    assert result.stdout.splitlines() == [
+        "web-1: pending -> accepted",
+        "web-2: already accepted",
+        "web-3: pending -> accepted",
+    ]
+    result = invoke("accept", "web-*", "--json")
+    assert result.exit_code == 0
+    assert [(r["previous"], r["state"]) for r in json.loads(result.stdout)] == [
+        ("accepted", "accepted")
+    ] * 3
+
+
+def test_an_unknown_name_alone_is_not_found_exit_8_as_key_show_says(env):
+    invoke("add", gen(env, "a"))
+    for action in ("accept", "reject"):
+        result = invoke(action, "nosuch")
+        assert result.exit_code == 8, (action, result.stderr)
+        assert "no key named 'nosuch'" in result.stderr
+    assert invoke("show", "nosuch").exit_code == 8
