@@ -57,6 +57,7 @@ from pushjobs.errors import (
     ConfigError,
     HandshakeRefused,
     NobodyListens,
+    OversizedFrame,
     TransportError,
     UnknownKey,
     Unreachable,
@@ -318,9 +319,17 @@ class ApiClient:
         sock = self._connect()
         request_id = secrets.token_hex(8)
         now_ms = time.time_ns() // 1_000_000
-        frames = self._outbox.frames(
-            ApiRequest, now_ms, request_id=request_id, method=method, params=params
-        )
+        try:
+            frames = self._outbox.frames(
+                ApiRequest, now_ms, request_id=request_id, method=method, params=params
+            )
+        except OversizedFrame as exc:
+            # Refused here, as the server would refuse it (exit 2), naming the sizes.
+            raise methods.error_for(
+                methods.BAD_REQUEST,
+                f"{method} not sent: its {exc} bytes, the most a request may hold; put large "
+                "values (--env, --secret-env) in a file on the nodes",
+            ) from None
         deadline = time.monotonic() + timeout_s
         monitor = self._monitor
         assert monitor is not None  # made with the socket

@@ -90,8 +90,10 @@ def read_env_file(path: Path) -> dict[str, str]:
     """``NAME=VALUE`` lines (blank lines and ``#`` comments skipped), all sent as secrets."""
     try:
         lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise usage(f"--env-file {path}: {exc}") from None
+    except OSError as exc:
+        raise usage(f"--env-file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise usage(f"--env-file {path}: not UTF-8 text") from None
     env: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):

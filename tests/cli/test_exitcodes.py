@@ -154,3 +154,26 @@ def test_the_daemons_exit_with_the_clis_configuration_code(program: str, tmp_pat
         timeout=60,
     )
     assert bad.returncode == Exit.USAGE
+
+
+def test_an_env_too_large_for_a_request_is_exit_2_naming_the_sizes(tmp_path: Path) -> None:
+    """Refused before it is sent, whatever its size past the limit (only a narrow band of
+    sizes reached the server's own exit-2 check; larger ones were exit 10, raw)."""
+    for name, kind in (("alice", "user"), ("server", "server")):
+        made = pushjobs("key", "gen", name, "--kind", kind, env={"PUSHJOBS_HOME": str(tmp_path)})
+        assert made.returncode == 0, made.stderr
+    keys = tmp_path / "keys"
+    config = tmp_path / "client.toml"
+    config.write_text(
+        f'[client]\nserver = "tcp://127.0.0.1:1"\nserver_key = "{keys}/server.pub"\n'
+        f'user_key = "{keys}/alice.key"\n'
+    )
+    for size in (70_000, 1_000_000):
+        result = CliRunner().invoke(
+            app,
+            ["job", "start", "hello", "*", "--env", f"A={'x' * size}"],
+            env={"PUSHJOBS_CONFIG": str(config)},
+        )
+        assert result.exit_code == Exit.USAGE, result.stderr
+        assert "job.start not sent: its body of" in result.stderr
+        assert "exceeds 65536 bytes" in result.stderr

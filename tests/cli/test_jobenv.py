@@ -54,3 +54,22 @@ def test_a_bad_env_file_line_is_named_by_number_not_shown(
     assert f"{env_file}:2" in err and "s3cret" not in err
     with pytest.raises(typer.Exit):
         read_env_file(tmp_path / "missing.env")
+
+
+@pytest.mark.parametrize("make", ["missing", "directory", "binary"])
+def test_an_env_file_that_cannot_be_read_says_why_in_words(
+    make: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "app.env"
+    if make == "directory":
+        path.mkdir()
+    elif make == "binary":
+        path.write_bytes(b"A=\xff\xfe\n")
+    with pytest.raises(typer.Exit) as info:
+        read_env_file(path)
+    assert info.value.exit_code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --env-file {path}: ")
+    assert "Errno" not in err and "[" not in err  # no raw OSError text
+    wanted = {"missing": "No such file", "directory": "Is a directory", "binary": "not UTF-8"}
+    assert wanted[make] in err
