@@ -156,6 +156,11 @@ class ApiFront:
         try:
             result = self.handlers.handle(req.method, req.params, req.sender)
         except ApiError as exc:
+            if exc.code == methods.NOT_LEADER:
+                # A handler found it is not the leader's to do (a key change on a standby):
+                # the client is told where the leader is, as for a leader-only method.
+                self._not_leader(identity, req.request_id, now_ms)
+                return
             self.responder.error(identity, req.request_id, exc.code, str(exc), now_ms)
             return
         if result is WATCH:

@@ -139,6 +139,24 @@ def test_a_key_accepted_on_the_leader_is_honoured_by_the_standby_after_takeover(
     results = pair.call("key.accept", {"names": ["node-1"]})["results"]
     assert results == [{"name": "node-1", "ok": True, "previous": "pending", "state": "accepted"}]
     assert pair.client.endpoint == sandbox.api
+    # A client that knows only the standby is told where the leader is, and goes there at
+    # once (it used to wait out its timeout: "no server leads", exit 6).
+    told: list[str] = []
+    keys = sandbox.root / "keys"
+    with ApiClient.from_files(
+        [pair.standby_api], keys / "server.pub", keys / f"{sandbox.user}.key", on_wait=told.append
+    ) as only_standby:
+        carol = generate("carol", "user").public
+        params = {
+            "name": "carol",
+            "kind": "user",
+            "ed25519_public": b64(carol.ed25519_public),
+            "curve_public": carol.curve_public,
+            "role": "reader",
+            "accept": True,
+        }
+        assert only_standby.call("key.add", params)["key"]["state"] == "accepted"
+        assert only_standby.endpoint == sandbox.api and told == []
     wait_until(lambda: pair.online("node-1"), 20, 0.1)
     assert pair.run("hello", "node-1")["state"] == "complete"
 
