@@ -20,6 +20,7 @@ is renamed at the next start that finds it beside a non-empty topic).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ def _retire(path: Path, *, why: str | None) -> Path | None:
         # The first import's copy is kept; this file is simply not read.
         log.warning("key registry: %s is not read (%s)", path, why)
         return None
+    lock = RegistryFile(path).lock_path
     try:
         path.replace(target)
     except OSError as exc:
@@ -90,6 +92,9 @@ def _retire(path: Path, *, why: str | None) -> Path | None:
             exc.strerror,
         )
         return None
+    # The file's writers locked a sidecar; with the file retired, nothing locks it again.
+    with contextlib.suppress(OSError):
+        lock.unlink()
     if why:
         log.warning("key registry: %s is not read (%s); renamed to %s", path, why, target)
     return target

@@ -61,6 +61,7 @@ def test_an_empty_topic_imports_every_entry_as_it_was(
     assert done is not None and (done.entries, done.names) == (6, 5)
     assert KeyRegistry(LogStore(log, TOPIC)).list() == before
     assert not path.exists() and imported_path(path).exists()
+    assert not path.with_name("registry.json.lock").exists()  # the writers' lock goes too
     assert done.renamed_to == imported_path(path)
     assert "never this file again" in caplog.text and str(path) in caplog.text
     denied = [e for e in before if e.state is KeyState.DENIED]
