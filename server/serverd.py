@@ -249,11 +249,12 @@ class Server:
         poller.register(self.handshakes.socket, zmq.POLLIN)
         self.tenure.renew(self.clock.monotonic())
         self.membership.beat()
-        endpoints = self.channels.endpoints()
         metrics_url = self.metrics.start()
+        # Every endpoint as clients and nodes are told it (advertised), not as bound.
         self.out.write(
-            f"pushjobs-server {self.name} ready api={endpoints['api']} "
-            f"heartbeat={self.enrolment.heartbeat_endpoint} reply={self.reply_endpoint} "
+            f"pushjobs-server {self.name} ready api={self.membership.endpoints['api']} "
+            f"heartbeat={self.membership.endpoints['heartbeat']} "
+            f"reply={self.membership.endpoints['reply']} "
             f"leader={'yes' if self.leadership.leader else 'no'}"
             + (f" metrics={metrics_url}" if metrics_url else "")
             + "\n"

@@ -107,3 +107,22 @@ def test_commands_that_could_not_be_sent_are_counted_as_drops(server: Server) ->
     server.jobs.sender.counters["oversized"] += 2
     server.jobs.sender.counters["unsealable"] += 1
     assert server.backend.info()["drops"]["command"] == {"oversized": 2, "unsealable": 1}
+
+
+def test_the_ready_line_names_every_endpoint_as_advertised(tmp_path) -> None:
+    """Bound on 127.0.0.1, advertised as ``localhost``: the ready line gives the API as it
+    gives the other endpoints, as nodes and clients are told them (it gave the API as
+    bound, ``0.0.0.0`` on a server that binds every interface)."""
+    sandbox = Sandbox(
+        tmp_path, nodes=[], server_extra={"server": {"advertise_host": "localhost"}}
+    ).prepare()
+    out = io.StringIO()
+    server = Server(load_config(ServerConfig, sandbox.server_config_path), out=out)
+    try:
+        server.stopping = True  # the ready line, then no turn
+        server.run()
+    finally:
+        server.close()
+    fields = dict(part.split("=", 1) for part in out.getvalue().split() if "=" in part)
+    for name in ("api", "heartbeat", "reply"):
+        assert fields[name].startswith("tcp://localhost:"), fields
