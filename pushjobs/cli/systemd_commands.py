@@ -3,12 +3,21 @@
 The units ship as package data (``pushjobs/systemd/*.service``); ``@BINDIR@`` in them
 becomes the directory holding ``pushjobs-server`` and ``pushjobs-agent`` (this
 installation's, by default), so a virtualenv install works as well as a system one.
+
+Writing them, it says what would stop a unit from starting that it can see from here
+(``problems``): programs where the server unit's ``ProtectHome=yes`` hides them, a unit
+user that does not exist, and a server key its user cannot read. They are warnings: the
+units are written all the same (a package build stages them for another machine).
 """
 
 from __future__ import annotations
 
+import contextlib
+import pwd
 import shutil
+import stat
 import sys
+import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -41,6 +50,64 @@ def default_bindir() -> Path:
     return Path(found).parent if found else beside
 
 
+# ProtectHome=yes makes these empty for the service (systemd.exec(5)).
+HIDDEN_BY_PROTECT_HOME = (Path("/home"), Path("/root"), Path("/run/user"))
+
+
+def _unit_setting(text: str, key: str) -> str | None:
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
+def _server_key(prefix: Path) -> Path:
+    """The key the server unit's config names (``[server] key_file``), else the default."""
+    config = prefix / "etc/pushjobs/server.toml"
+    default = prefix / "etc/pushjobs/keys/server.key"
+    try:
+        with config.open("rb") as fh:
+            section = tomllib.load(fh).get("server", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return default
+    named = section.get("key_file") if isinstance(section, dict) else None
+    return prefix / Path(named).expanduser().relative_to("/") if named else default
+
+
+def problems(name: str, text: str, bindir: Path, prefix: Path) -> list[str]:
+    """What would keep unit ``name`` (its ``text``) from starting, as far as this machine
+    shows: a warning each, saying the fix."""
+    found = []
+    if _unit_setting(text, "ProtectHome") == "yes" and any(
+        bindir.is_relative_to(home) for home in HIDDEN_BY_PROTECT_HOME
+    ):
+        found.append(
+            f"{name}: {bindir} is hidden from the service by its ProtectHome=yes: install "
+            "pushjobs outside /home and /root (python3 -m venv /opt/pushjobs && "
+            "/opt/pushjobs/bin/pip install .) and install the units from there"
+        )
+    user = _unit_setting(text, "User") or "root"
+    if user == "root":
+        return found
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        found.append(f"{name}: its user {user!r} does not exist: useradd --system {user}")
+        return found
+    if name == "pushjobs-server.service":
+        key = _server_key(prefix)
+        with contextlib.suppress(OSError):
+            mode = key.stat()
+            if mode.st_uid != uid and not mode.st_mode & stat.S_IROTH:
+                found.append(
+                    f"{name}: {user!r} cannot read the server key {key} "
+                    f"(owned by uid {mode.st_uid}, mode {stat.S_IMODE(mode.st_mode):04o}): "
+                    f"chown {user}: {key}"
+                )
+    return found
+
+
 @app.command("install")
 @handle_errors
 def install(
@@ -69,6 +136,8 @@ def install(
     target = prefix / UNIT_DIR
     for name in UNITS:
         text = unit_text(name, programs)
+        for problem in problems(name, text, programs, prefix):
+            typer.echo(f"warning: {problem}", err=True)
         path = target / name
         if dry_run:
             typer.echo(f"# {path}\n{text}")

@@ -80,3 +80,37 @@ def test_systemd_analyze_verify_finds_nothing_wrong(tmp_path: Path) -> None:
     # verify exits 0 on settings it ignores: any word about our units is a finding.
     ours = [line for line in (result.stdout + result.stderr).splitlines() if "pushjobs" in line]
     assert result.returncode == 0 and ours == [], result.stdout + result.stderr
+
+
+def test_install_warns_of_what_would_keep_the_server_unit_from_starting(tmp_path: Path) -> None:
+    """Written all the same, but said: programs ProtectHome=yes hides, a unit user that
+    does not exist, a server key its user cannot read (it used to say nothing)."""
+    from pushjobs.cli.systemd_commands import problems, unit_text
+
+    name = "pushjobs-server.service"
+    hidden = Path("/root/.venv/bin")
+    warned = problems(name, unit_text(name, hidden), hidden, tmp_path)
+    assert any("hidden from the service by its ProtectHome=yes" in w for w in warned), warned
+    # The agent's unit has no ProtectHome: a venv under /root serves it.
+    agent = "pushjobs-agent.service"
+    assert problems(agent, unit_text(agent, hidden), hidden, tmp_path) == []
+
+    opt = Path("/opt/pushjobs/bin")
+    text = unit_text(name, opt).replace("User=pushjobs", "User=no-such-user-here")
+    assert problems(name, text, opt, tmp_path) == [
+        f"{name}: its user 'no-such-user-here' does not exist: useradd --system no-such-user-here"
+    ]
+    # A server key owned by another user, 0600: named, with the chown that fixes it.
+    key = tmp_path / "etc" / "pushjobs" / "keys" / "server.key"
+    key.parent.mkdir(parents=True)
+    key.write_text("secret")
+    key.chmod(0o600)
+    owner = key.stat().st_uid
+    text = unit_text(name, opt).replace("User=pushjobs", "User=nobody")
+    if owner == 65534:
+        pytest.skip("this test runs as nobody, the unit's stand-in user")
+    (warning,) = problems(name, text, opt, tmp_path)
+    assert f"'nobody' cannot read the server key {key}" in warning
+    assert warning.endswith(f"chown nobody: {key}")
+    key.chmod(0o644)
+    assert problems(name, text, opt, tmp_path) == []
