@@ -124,6 +124,10 @@ def report(
         if running is None:  # a session this process already had is not ours to stop
             stack.callback(spark.stop)
         say(f"reading {location}")
+
+        def stage(text: str) -> None:
+            say(f"  {time.monotonic() - started:5.1f} s  {text}")
+
         result = spark_job.compute(
             spark_job.load(spark, location, since_ms, until_ms),
             since=since_ms,
@@ -132,7 +136,9 @@ def report(
             min_samples=settings.straggler_min_runs,
             server_gap_ms=round(settings.server_gap_s * 1000),
             approx=approx,
+            progress=stage,
         )
+        stage("writing tables, charts and the page")
     written = output.write_tables(result, out_dir)
     pngs = charts.charts(result, out_dir)
     html = page.write_html(result, out_dir, pngs)

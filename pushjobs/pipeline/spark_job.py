@@ -29,6 +29,7 @@ that finds the names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pushjobs.pipeline import events, spark_latency, spark_liveness
@@ -133,7 +134,10 @@ def compute(
     min_samples: int = DEFAULT_MIN_SAMPLES,
     server_gap_ms: int = DEFAULT_GAP_MS,
     approx: bool = False,
+    progress: Callable[[str], None] = lambda stage: None,
 ) -> Report:
+    """The report of ``df``'s events in the window; ``progress`` hears each stage as it
+    starts (a first report takes tens of seconds, most of it Spark's own warm-up)."""
     from pyspark.sql import functions as F
 
     ok = usable(F)
@@ -159,6 +163,7 @@ def compute(
     if until <= since:
         return report
     report.events = first["inside"]
+    progress(f"{first['rows']:,} events read, {report.events:,} in the window; availability")
     command = F.col("command")
     good = df.where(ok).withColumn(
         "command",
@@ -173,11 +178,13 @@ def compute(
         )
     finally:
         live.unpersist()
+    progress("outcomes by command, node and day")
     states = _node_states(F, good, since, until)
     report.outcomes, report.by_command, report.outcomes_by_day = _outcomes(F, states)
     halted = _halted(F, good, since, until)
     for row in report.by_command:
         row[HALTED] = halted.get(row["command"], 0)
+    progress("latency percentiles and stragglers")
     values = spark_latency.value_counts(F, states, approx).cache()
     try:
         report.latency = spark_latency.latency(F, values)

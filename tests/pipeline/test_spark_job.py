@@ -102,3 +102,15 @@ def test_a_slow_tail_is_not_a_straggler_a_slow_node_is(spark):
 def test_a_batch_node_runs_from_its_turn_and_skipped_nodes_are_an_outcome(spark):
     report = spark_job.compute(frame(spark, h.BATCH), since=0, until=h.BATCH_UNTIL, min_samples=1)
     is_the_batch_report(report)
+
+
+def test_each_stage_is_told_as_it_starts(spark):
+    """``pushjobs report`` said nothing for half a minute after "reading ...": the stages
+    are told as they start, the first with what was read."""
+    heard: list[str] = []
+    df = frame(spark, h.EVENTS + h.MALFORMED)
+    report = spark_job.compute(df, since=h.SINCE, until=h.UNTIL, progress=heard.append)
+    assert len(heard) == 3, heard
+    assert heard[0].startswith(f"{len(h.EVENTS) + len(h.MALFORMED):,} events read, ")
+    assert f"{report.events:,} in the window" in heard[0]
+    assert heard[1:] == ["outcomes by command, node and day", "latency percentiles and stragglers"]
