@@ -11,6 +11,8 @@ round each, so background load hits all of them alike):
   orjson-dumped and HMAC-signed per heartbeat, one ``send_multipart`` each; a reply built
   as a message object and sealed by the outbox;
 - ``new``: ``SimNode`` and ``FanOut`` as they are now;
+- ``sim`` for commands: the simulator's intake of a job's commit and run (its inbox:
+  signature, decode, replay window; then the node's runner), unchanged here;
 - floors, the raw work on prebuilt bytes: ``hmac`` is one ``hmac.digest`` of the signed
   bytes (what a signer without precomputation pays); ``tag`` the HMAC of only what
   follows the sequence number, from precomputed states (``PrefixedHmac``: what signing a
@@ -34,9 +36,11 @@ import hashlib
 import hmac
 import multiprocessing
 import os
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -47,9 +51,11 @@ from machine import describe  # bench/ is sys.path[0] when run as a script
 from agent.runner import RunnerState
 from agent.simulator.simfanout import FIRST, LAST, FanOut
 from agent.simulator.simfleet import MIN_TURN_S, PUSH_HWM
-from agent.simulator.simnode import SimNode, Stamp
+from agent.simulator.simnode import Behaviour, SimNode, Stamp
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.signing import PrefixedHmac
+from pushjobs.protocol.framing import seal
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.signing import HmacSigner, HmacVerifier, PrefixedHmac
 
 INTERVAL_S = 1.0
 ENDPOINT = "tcp://127.0.0.1:45678"
@@ -347,6 +353,55 @@ def replies(nodes: list[SimNode], link: Link, rounds: int) -> tuple[Best, Counte
     return best, counters
 
 
+def commands(nodes: list[SimNode], rounds: int) -> Best:
+    """A job's commands as the simulator takes them: verified and replay-checked by its
+    inbox, then judged by the node (``Simulator._on_command`` without the sockets)."""
+    best = Best()
+    now_ms = time.time_ns() // 1_000_000
+    server = "server-1"
+    keys = {f"k{node.index}": hashlib.sha256(node.name.encode()).digest() for node in nodes}
+    verifiers = {kid: HmacVerifier(key, owner=server) for kid, key in keys.items()}
+    rng, how = random.Random(1), Behaviour()
+
+    def signed(round_: int) -> list[tuple[SimNode, list[bytes], list[bytes]]]:
+        out = []
+        job_id = f"job-{round_:04d}-0123456789abcdef"
+        for node in nodes:
+            signer = HmacSigner(f"k{node.index}", keys[f"k{node.index}"])
+            envelope: dict[str, Any] = {"sender": server, "incarnation": "si", "timestamp": now_ms}
+            seq = 2 * (round_ * len(nodes) + node.index)
+            commit = m.Commit(
+                **envelope, sequence=seq + 1, node=node.name, job_id=job_id, command="true"
+            )
+            run = m.Run(**envelope, sequence=seq + 2, node=node.name, job_id=job_id)
+            out.append((node, seal(commit, signer), seal(run, signer)))
+        return out
+
+    def take(batch: list[tuple[SimNode, list[bytes], list[bytes]]], inbox: Inbox) -> None:
+        for node, commit_frames, run_frames in batch:
+            got = inbox.accept(commit_frames, now_ms)
+            assert got is not None and isinstance(got.message, m.Commit), inbox.last_error
+            node.on_commit(got.message, rng, how, 0.0)
+            got = inbox.accept(run_frames, now_ms)
+            assert got is not None and isinstance(got.message, m.Run), inbox.last_error
+            node.on_run(got.message, how, 0.0)
+            node.finish(got.message.job_id, rng, how, 0.0)
+
+    def floor(batch: list[tuple[SimNode, list[bytes], list[bytes]]]) -> None:
+        for node, commit_frames, run_frames in batch:
+            for header, body, signature in (commit_frames, run_frames):
+                key = keys[f"k{node.index}"]
+                hmac.compare_digest(hmac.digest(key, header + b"\n" + body, "sha256"), signature)
+                orjson.loads(body)
+
+    inbox = Inbox(lambda method, kid: verifiers[kid], 30.0)
+    for round_ in range(rounds):
+        batch = signed(round_)  # signed outside the timed region
+        best.time("sim", 2 * len(nodes), partial(take, batch, inbox))
+        best.time("floor", 2 * len(nodes), partial(floor, batch))
+    return best
+
+
 def show(title: str, best: Best, names: Sequence[str]) -> None:
     print(f"\n{title}")
     print(f"  {'path':<10} {'thread µs':>10} {'process µs':>11} {'wall µs':>9} {'per core/s':>11}")
@@ -390,6 +445,8 @@ def main() -> None:
         show("replies (ack_commit, ack_run, succeeded) flushed, per reply", best, ("old", "new"))
         sent = 2 * args.rounds * len(REPLIES) * args.nodes
         print(f"  received {counters['received']:,} of {sent:,}")
+        best = commands(nodes[: args.nodes // 5], args.rounds)
+        show("commands (commit, run) verified and judged, per command", best, ("sim", "floor"))
     finally:
         link.close()
 
