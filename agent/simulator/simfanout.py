@@ -10,6 +10,15 @@ Replies wait in one queue, each tagged with the incarnation of the node that mad
 reply from before its node restarted is lost (as an agent's would be); a silent node's
 replies are held, not lost; one too big for the server's limit is counted and dropped.
 
+Each message leaves as three ``send`` calls of the socket's backend class, not one
+``send_multipart``: pyzmq's ``send_multipart`` type-checks every part in Python and then
+calls the ``zmq.Socket.send`` override, which only adds draft sockets' routing ids and
+groups before calling the backend's; the direct calls cost a third as much, and sending
+was the largest share of a heartbeat once its frames became cheap (bench/simulator.py).
+Only the first part can meet a full queue: libzmq counts its high-water mark in whole
+messages, so once a message's first part is taken the rest of it always is, and a message
+is never left half sent.
+
 Killed at any line: the queue is in memory and is lost with the process, as a killed
 agent's would be; a restarted simulator plays new incarnations that owe nothing.
 """
@@ -18,15 +27,19 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import zmq
 
-from agent.simulator.simnode import SimNode
+from agent.simulator.simnode import SimNode, Stamp
 from pushjobs.errors import OversizedFrame
 from pushjobs.protocol import messages as m
 
 Queued = tuple[SimNode, str, type[m.Message], dict[str, Any]]
+
+FIRST: Final = zmq.SNDMORE | zmq.NOBLOCK
+LAST: Final = zmq.NOBLOCK
+_send: Final = zmq.backend.Socket.send  # zmq.Socket's base: see the docstring
 
 
 class FanOut:
@@ -73,17 +86,22 @@ class FanOut:
         self.beat_cursor = due
         if not server_online:
             return
-        endpoint = self.endpoint
+        stamp = Stamp(self.endpoint, now_ms)
+        send = _send
         sent = dropped = 0
         for i in range(cursor, due):
             node = nodes[i % count]
             if node.silent or node.outbox is None:
                 continue
+            header, body, signature = node.beat(stamp)
             try:
-                push.send_multipart(node.heartbeat_frames(endpoint, now_ms), zmq.NOBLOCK)
-                sent += 1
+                send(push, header, FIRST)
             except zmq.Again:  # a queued heartbeat is worthless: drop it, count it
                 dropped += 1
+                continue
+            send(push, body, FIRST)
+            send(push, signature, LAST)
+            sent += 1
         self.counters["heartbeats_sent"] += sent
         if dropped:
             self.counters["heartbeats_dropped"] += dropped
@@ -99,13 +117,15 @@ class FanOut:
                 self.replies.append((node, incarnation, cls, fields))  # held, not lost
                 continue
             try:
-                frames = node.outbox.frames(cls, now_ms, **fields)
+                header, body, signature = node.reply_frames(cls, now_ms, fields)
             except OversizedFrame:
                 self.counters["replies_oversized"] += 1
                 continue
             try:
-                push.send_multipart(frames, zmq.NOBLOCK)
+                _send(push, header, FIRST)
             except zmq.Again:
                 self.replies.appendleft((node, incarnation, cls, fields))
                 return
+            _send(push, body, FIRST)
+            _send(push, signature, LAST)
             self.counters["replies_sent"] += 1

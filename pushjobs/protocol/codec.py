@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -250,6 +250,72 @@ def encode(message: Message) -> bytes:
     obj = {"type": cls.TYPE}
     for name in names:
         obj[name] = getattr(message, name)
+    try:
+        return orjson.dumps(obj)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise MalformedMessage(f"{cls.TYPE}: cannot encode: {exc}") from exc
+
+
+_ENVELOPE: tuple[str, ...] = ("sender", "incarnation", "sequence", "timestamp")
+_REQUIRED: Any = object()
+
+
+def _own_fields(cls: type[Any]) -> tuple[tuple[str, Any, Callable[[], Any] | None], ...]:
+    """(name, default or _REQUIRED, default factory) of each field after the envelope."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in _ENVELOPE:
+            continue
+        factory = None if f.default_factory is dataclasses.MISSING else f.default_factory
+        default = _REQUIRED if f.default is dataclasses.MISSING else f.default
+        out.append((f.name, default, factory))
+    return tuple(out)
+
+
+_OWN_FIELDS = {cls: _own_fields(cls) for cls in MESSAGE_TYPES}
+assert all(names[:4] == _ENVELOPE for names in _FIELD_NAMES.values())  # encode's order
+
+
+def encode_fields(
+    cls: type[Message],
+    fields: Mapping[str, Any],
+    *,
+    sender: str,
+    incarnation: str,
+    sequence: int,
+    timestamp: int,
+) -> bytes:
+    """What ``encode(cls(sender=..., ..., **fields))`` writes, without the message object.
+
+    The same keys in the same order, defaults filled in as the dataclass would; a field
+    ``cls`` lacks, or a required one missing, is MalformedMessage (where the dataclass
+    raises TypeError). Building and reading back a frozen dataclass is most of the cost
+    of a small reply, and the fleet simulator sends hundreds of thousands per job.
+    """
+    own = _OWN_FIELDS.get(cls)
+    if own is None:
+        raise MalformedMessage(f"not a protocol message: {cls.__name__}")
+    obj: dict[str, Any] = {
+        "type": cls.TYPE,
+        "sender": sender,
+        "incarnation": incarnation,
+        "sequence": sequence,
+        "timestamp": timestamp,
+    }
+    used = 0
+    for name, default, factory in own:
+        if name in fields:
+            obj[name] = fields[name]
+            used += 1
+        elif factory is not None:
+            obj[name] = factory()
+        elif default is _REQUIRED:
+            raise MalformedMessage(f"{cls.TYPE}: missing {name}")
+        else:
+            obj[name] = default
+    if used != len(fields):
+        extra = sorted(set(fields) - {name for name, _, _ in own})
+        raise MalformedMessage(f"{cls.TYPE}: unexpected {', '.join(extra)}")
     try:
         return orjson.dumps(obj)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError

@@ -74,6 +74,53 @@ class _Hmac:
         return mac.digest()
 
 
+class PrefixedHmac:
+    """HMAC-SHA256 of messages that all begin with the same ``prefix``.
+
+    ``tag(rest) == hmac.digest(key, prefix + rest, "sha256")``. The key's inner and outer
+    pads are two plain SHA-256 states, and the prefix is hashed into the inner one once;
+    each tag copies both states and hashes only ``rest``. Copying ``hashlib`` states costs
+    about half of copying a keyed ``hmac`` object (whose ``copy`` runs in Python), and the
+    fleet simulator signs every heartbeat of 100,000 nodes this way: a heartbeat changes
+    only after its sequence number.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes, prefix: bytes = b"") -> None:
+        if len(key) < 16:
+            raise SignatureError("an HMAC key must be at least 16 bytes")
+        if len(key) > _SHA256_BLOCK:  # RFC 2104: a key longer than a block is hashed first
+            key = hashlib.sha256(key).digest()
+        key = key.ljust(_SHA256_BLOCK, b"\0")
+        self._inner = hashlib.sha256(key.translate(_IPAD))
+        self._inner.update(prefix)
+        self._outer = hashlib.sha256(key.translate(_OPAD))
+
+    def tag(self, rest: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(rest)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def extended(self, more: bytes) -> PrefixedHmac:
+        """The same key, with ``more`` appended to the prefix.
+
+        The outer state is shared, not copied: it is only ever copied from. A state is a
+        quarter of a kilobyte, and the simulator keeps two prefixes per node."""
+        other = PrefixedHmac.__new__(PrefixedHmac)
+        other._inner = self._inner.copy()
+        other._inner.update(more)
+        other._outer = self._outer
+        return other
+
+
+_SHA256_BLOCK: Final = 64
+_IPAD: Final = bytes(b ^ 0x36 for b in range(256))
+_OPAD: Final = bytes(b ^ 0x5C for b in range(256))
+
+
 class HmacSigner:
     __slots__ = ("_hmac", "key_id")
     method: Final = HMAC_SHA256

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
 from pushjobs.errors import MalformedMessage
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.codec import decode, encode
+from pushjobs.protocol.codec import decode, encode, encode_fields
 from tests.protocol.samples import SAMPLES
 
 
@@ -109,3 +111,43 @@ def test_decode_error_is_chained_to_its_cause():
     with pytest.raises(MalformedMessage) as info:
         decode(b"{nope")
     assert isinstance(info.value.__cause__, orjson.JSONDecodeError)
+
+
+ENVELOPE_NAMES = ("sender", "incarnation", "sequence", "timestamp")
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda s: type(s).TYPE)
+def test_encode_fields_writes_what_encode_writes(message):
+    # Given only the fields that differ from their defaults, as the simulator gives them.
+    cls = type(message)
+    defaults = cls(**{n: getattr(message, n) for n in ENVELOPE_NAMES}, **_required(message))
+    fields = {
+        f.name: getattr(message, f.name)
+        for f in dataclasses.fields(message)
+        if f.name not in ENVELOPE_NAMES and getattr(message, f.name) != getattr(defaults, f.name)
+    }
+    fields.update(_required(message))
+    envelope = {n: getattr(message, n) for n in ENVELOPE_NAMES}
+    assert encode_fields(cls, fields, **envelope) == encode(message)
+
+
+def _required(message):
+    return {
+        f.name: getattr(message, f.name)
+        for f in dataclasses.fields(message)
+        if f.name not in ENVELOPE_NAMES
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    }
+
+
+def test_encode_fields_refuses_what_the_dataclass_would():
+    envelope = {"sender": "n", "incarnation": "i", "sequence": 1, "timestamp": 2}
+    with pytest.raises(MalformedMessage, match="missing job_id"):
+        encode_fields(m.AckCommit, {}, **envelope)
+    with pytest.raises(MalformedMessage, match="unexpected sender"):
+        encode_fields(m.AckCommit, {"job_id": "j", "sender": "x"}, **envelope)
+    with pytest.raises(MalformedMessage, match="not a protocol message"):
+        encode_fields(m.JobOutput, {}, **envelope)  # type: ignore[arg-type]
+    with pytest.raises(MalformedMessage, match="cannot encode"):
+        encode_fields(m.AckCommit, {"job_id": object()}, **envelope)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hmac
 import os
 
 import pytest
@@ -196,3 +197,17 @@ def test_hmac_key_too_short():
 def test_not_an_ed25519_public_key():
     with pytest.raises(SignatureError, match="not an Ed25519 public key"):
         signing.ed25519_verifier(b"\x01" * 31)
+
+
+@pytest.mark.parametrize("key_bytes", [16, 32, 64, 65, 200])
+@pytest.mark.parametrize("prefix", [b"", b"PJ1 hmac-sha256 k\n{", b"x" * 150])
+def test_prefixed_hmac_signs_what_hmac_signs(key_bytes, prefix):
+    key = os.urandom(key_bytes)
+    mac = signing.PrefixedHmac(key, prefix)
+    for rest in (b"", b"1,", b"y" * 300):
+        assert mac.tag(rest) == hmac.digest(key, prefix + rest, "sha256")
+        longer = mac.extended(b"more")
+        assert longer.tag(rest) == hmac.digest(key, prefix + b"more" + rest, "sha256")
+        assert mac.tag(rest) == hmac.digest(key, prefix + rest, "sha256")  # left as it was
+    with pytest.raises(SignatureError, match="at least 16 bytes"):
+        signing.PrefixedHmac(b"short")
