@@ -107,6 +107,7 @@ class Scheduler:
         self.retry_at_ms = 0
         self.renew_at_ms = 0
         self.follow_at_ms = 0
+        self.watch_behind = True  # the schedules' jobs not read since (``_tick``)
 
     # --- partitions -------------------------------------------------------------------------
 
@@ -120,8 +121,8 @@ class Scheduler:
                 return known
         return schedule
 
-    def rebalance(self, now_ms: int) -> None:
-        """Poll this server's membership of the group; load what was gained."""
+    def rebalance(self, now_ms: int) -> bool:
+        """Poll this server's membership of the group; load what was gained (True if any)."""
         self.renew_at_ms = now_ms + round(self.leadership.session_s * 1000 / 3)
         for topic in self.owner.broken & self.partitions.owned():
             self.partitions.lose(topic)  # granted again at this poll: read back
@@ -142,6 +143,7 @@ class Scheduler:
             log.info("schedule partition %s: owned here, %d schedules armed", topic, armed)
         if changes.error is not None:
             raise changes.error
+        return bool(changes.gained)
 
     def close(self) -> None:
         """A clean stop: every partition handed over at once."""
@@ -201,14 +203,22 @@ class Scheduler:
             log.info("schedules: %s", line)
 
     def _tick(self, now_ms: int) -> None:
+        gained = False
         if now_ms >= self.renew_at_ms or self.owner.broken:
-            self.rebalance(now_ms)
+            gained = self.rebalance(now_ms)
         following = now_ms >= self.follow_at_ms
         if following:
             self.follow_at_ms = now_ms + FOLLOW_EVERY_MS
             self.owner.follow()
-            if not self.leadership.leader and len(self.owner):
-                self.watch.follow(now_ms)
+        if self.leadership.leader or not len(self.owner):
+            self.watch_behind = True  # not read meanwhile: the coordinator knows, or no use
+        elif following or gained or self.watch_behind:
+            # A partition gained (or a standby that was not reading) fires in this very
+            # turn: the schedules' jobs are read first, or every fire of the last
+            # ``pending_ms`` is unknown, counts as running, and ``--overlap skip`` drops
+            # each due time pending at the gain (issue 27).
+            self.watch.follow(now_ms)
+            self.watch_behind = False
         fired = self.owner.tick(now_ms, self._active)
         if not self.leadership.leader:
             return
