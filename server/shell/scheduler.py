@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -107,6 +107,8 @@ class Scheduler:
         self.retry_at_ms = 0
         self.renew_at_ms = 0
         self.follow_at_ms = 0
+        # Partition -> the server owning it, as the membership records say (serverd).
+        self.owners: Callable[[], Mapping[str, str]] = dict
         self.watch_behind = True  # the schedules' jobs not read since (``_tick``)
 
     # --- partitions -------------------------------------------------------------------------
@@ -369,7 +371,7 @@ class Scheduler:
         entry = Entry(schedule, now_ms, topic_of(self.topic, sid, self.count))
         self._write(sid, entry, entry.topic)  # not durable: not kept (raises)
         log.info("schedule %s: %s %s, by %s", sid, schedule.command, describe(schedule), caller)
-        return self.catalog.view(sid)
+        return self._view(sid, self.owners())
 
     def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
         entry = self._get(schedule_id)
@@ -378,7 +380,7 @@ class Scheduler:
         changed = Entry(entry.schedule.with_paused(paused), from_ms, entry.topic)
         if entry.schedule.paused is not paused:
             self._write(schedule_id, changed, entry.topic)
-        return self.catalog.view(schedule_id)
+        return self._view(schedule_id, self.owners())
 
     def delete(self, schedule_id: str) -> dict[str, Any]:
         entry = self._get(schedule_id)
@@ -387,13 +389,22 @@ class Scheduler:
 
     def rows(self) -> list[dict[str, Any]]:
         self._leading()
+        owners = self.owners()
         return sorted(
-            (self.catalog.view(sid) for sid in self.catalog.entries), key=lambda r: r["created_ms"]
+            (self._view(sid, owners) for sid in self.catalog.entries),
+            key=lambda r: r["created_ms"],
         )
 
     def show(self, schedule_id: str) -> dict[str, Any]:
         self._get(schedule_id)
-        return self.catalog.view(schedule_id)
+        return self._view(schedule_id, self.owners())
+
+    def _view(self, sid: str, owners: Mapping[str, str]) -> dict[str, Any]:
+        """The catalog's view and who fires it: its partition's owner (``name:incarnation``,
+        None while no live server has said it owns it, e.g. just after its owner died)."""
+        view = self.catalog.view(sid)
+        view["owner"] = owners.get(view["partition"])
+        return view
 
     def fires(self, schedule_id: str) -> list[dict[str, Any]]:
         self._get(schedule_id)
