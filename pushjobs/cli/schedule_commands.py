@@ -111,7 +111,8 @@ def add(
         str,
         typer.Option(
             "--overlap",
-            help="When the previous run is still active: skip, queue (run after it), allow.",
+            help="When the previous fire is still outstanding (running, or not started "
+            "yet): skip (at most one run outstanding), queue (run after it), allow.",
         ),
     ] = "skip",
     quorum: QuorumOpt = "100%",

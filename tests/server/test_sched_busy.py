@@ -138,3 +138,43 @@ def test_a_waiting_fire_is_started_once_by_the_next_leader() -> None:
     assert len(b.jobs.coordinator.jobs) == 2 and {
         f["job_id"] for sid in sids for f in b.call("schedule.history", schedule_id=sid)["fires"]
     } == set(b.jobs.coordinator.jobs)
+
+
+def test_a_fire_waiting_for_its_node_is_outstanding_for_the_overlap_policy() -> None:
+    """What docs/schedules-and-batches.md says of ``--overlap`` (issue 27, item 3): with
+    ``skip`` a schedule has one run outstanding at most, a fire not started yet included,
+    so a due time less than a minute late may be dropped; ``queue`` runs each in turn."""
+    from server.core.jobparams import job_params, job_request
+
+    clock = FakeClock(wall_ms=1_800_000_000_000)
+    a = Server(MemoryStore(), clock, "a")
+    a.lead()
+    online(a, clock, "n1")
+    request = job_request(job_params({"command": "long", "nodes": ["n1"]}, None))
+    holder = a.jobs.start(request, "bob", clock.wall_ms(), job_id="abc123")
+    sids = {}
+    for overlap in ("skip", "queue"):
+        added = a.call(
+            "schedule.add", command="stamp", nodes=["n1"], cron="*/2 * * * * *", overlap=overlap
+        )
+        sids[overlap] = added["schedule"]["schedule_id"]
+    for _ in range(3):  # three due times while n1 runs bob's job
+        clock.advance(2)
+        online(a, clock, "n1")
+        a.tick()
+    assert list(a.jobs.coordinator.jobs) == [holder]
+    skip = [f["outcome"] for f in a.call("schedule.history", schedule_id=sids["skip"])["fires"]]
+    assert skip[0].startswith("waiting: n1 busy with job ")  # bob's, or the queue's due before
+    assert skip[1:] == ["skipped: overlap", "skipped: overlap"]
+    queue = a.call("schedule.history", schedule_id=sids["queue"])["fires"]
+    assert len(queue) == 1 and queue[0]["outcome"].startswith("waiting")  # the rest held
+    run_to_the_end(a, clock, "n1", holder)
+    for _ in range(8):  # each queued due time runs in turn, then the skip one's next
+        clock.advance(0.1)
+        online(a, clock, "n1")
+        a.tick()
+        for job in list(a.jobs.coordinator.jobs.values()):
+            if not job.finished and job.job_id != holder:
+                run_to_the_end(a, clock, "n1", job.job_id)
+    queue = a.call("schedule.history", schedule_id=sids["queue"])["fires"]
+    assert len(queue) == 3 and all(f["job_state"] == "complete" for f in queue)
