@@ -181,6 +181,10 @@ class Server:
             partitions=section.schedule_partitions,
             outage=self.outage,
         )
+        # Who fires what: each server's record names its partitions, the leader's views
+        # of the schedules name their owners.
+        self.membership.partitions = self.scheduler.partitions.owned
+        self.scheduler.owners = self.membership.owners
         self.leadership.on_stand_by = self.stand_by
         inbox = Inbox(sessions.resolve, proto.max_skew_s, limits)
         self.intake = NodeIntake(
@@ -340,6 +344,7 @@ class Server:
             self.next_registry = now + self.config.server.registry_check_s
         self.jobs.tick(now_ms)
         self.scheduler.tick(now_ms)
+        self.membership.beat_if_moved()
         self.compaction.tick(now)
         if now >= self.next_metrics:
             self.metrics.publish(self.backend.info())

@@ -14,8 +14,10 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                       jobs_active, drops: {socket: {reason: count}}}
     server.list   reader  {}
                   -> {servers: [{name, incarnation, role: leader|standby|deposed|gone,
-                      epoch, last_pong_ms_ago, api, heartbeat, reply}...]}  every server
-                     of the installation as the ``control`` topic knows it, leader first
+                      epoch, last_pong_ms_ago, api, heartbeat, reply, partitions:
+                      [topic...]}...]}  every server of the installation as the
+                     ``control`` topic knows it, leader first; ``partitions``: the schedule
+                     partitions it fires, as its latest record says ([] once it is stale)
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
                            vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
                            capture: bool, batch?: "3"|"25%", batch_wait_s?: float >= 0,
@@ -60,7 +62,8 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     SCHEDULE = {schedule_id, command, nodes, job (the job.start params, secrets redacted),
                 trigger {at_ms} or {cron, tz}, when, catch_up, overlap, paused,
                 next_due_ms, consumed_ms, last_fire {due_ms, job_id}, created_ms,
-                created_by}
+                created_by, partition (its topic), owner ("name:incarnation" of the server
+                firing that partition, null while no live server says it owns it)}
 
     RESULT: {name, ok, previous, state} or {name, ok: false, error, code?: "not_found"}
 

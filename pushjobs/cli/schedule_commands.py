@@ -26,6 +26,7 @@ from pushjobs.cli.jobopts import (
     VoteTimeoutOpt,
 )
 from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
+from pushjobs.cli.server_commands import partition_label
 
 app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
 
@@ -110,7 +111,8 @@ def add(
         str,
         typer.Option(
             "--overlap",
-            help="When the previous run is still active: skip, queue (run after it), allow.",
+            help="When the previous fire is still outstanding (running, or not started "
+            "yet): skip (at most one run outstanding), queue (run after it), allow.",
         ),
     ] = "skip",
     quorum: QuorumOpt = "100%",
@@ -245,9 +247,22 @@ def _show_lines(schedule: dict[str, Any]) -> None:
         ("catch-up", schedule["catch_up"]),
         ("overlap", schedule["overlap"]),
         ("last job", (schedule.get("last_fire") or {}).get("job_id") or "-"),
+        ("fired by", _owner(schedule)),
         ("created", f"{when(schedule['created_ms'])} by {schedule['created_by']}"),
     ):
         typer.echo(printable(f"{name:9} {value}"))
+
+
+def _owner(schedule: dict[str, Any]) -> str:
+    """Which server fires it: ``server-b:1a2b (partition 3)``."""
+    partition = schedule.get("partition")
+    if partition is None:  # a server of a version before partitions were shown
+        return "-"
+    where = f"partition {partition_label(str(partition))}"
+    owner = schedule.get("owner")
+    if owner is None:
+        return f"no live server yet ({where}: its owner's successor takes it shortly)"
+    return f"{owner} ({where})"
 
 
 def _change(

@@ -3,7 +3,8 @@
 ``status`` renders ``server.info``: leadership, uptime, nodes and jobs by state, dropped
 messages by socket and reason, heartbeat lag, log append latency and garbage collection
 pauses. ``list`` renders ``server.list``: every server of the installation as the
-``control`` topic knows it, its role, epoch, last pong and endpoints. ``--json`` prints
+``control`` topic knows it, its role, epoch, last pong, the schedule partitions it fires
+and its endpoints. ``--json`` prints
 the reply as it came, every figure included.
 """
 
@@ -19,7 +20,16 @@ from pushjobs.cli.job_commands import ConfigOpt, JsonOpt, ServerOpt
 from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply
 
 app = typer.Typer(help="The servers themselves: health, figures, who leads.", no_args_is_help=True)
-LIST_COLUMNS = ("server", "role", "epoch", "last pong", "api", "heartbeat", "reply")
+LIST_COLUMNS = (
+    "server",
+    "role",
+    "epoch",
+    "last pong",
+    "partitions",
+    "api",
+    "heartbeat",
+    "reply",
+)
 
 
 def duration(seconds: float) -> str:
@@ -141,8 +151,27 @@ def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
         name = f"{row['name']}:{row['incarnation']}" + (" *" if row.get("self") else "")
         epoch = "-" if row.get("epoch") is None else str(row["epoch"])
         pong = f"{row['last_pong_ms_ago'] / 1000:.1f} s ago"
-        rows.append((name, row["role"], epoch, pong, row["api"], row["heartbeat"], row["reply"]))
+        share = shares(row.get("partitions"))
+        rows.append(
+            (name, row["role"], epoch, pong, share, row["api"], row["heartbeat"], row["reply"])
+        )
     return rows
+
+
+def partition_label(topic: str) -> str:
+    """``pushjobs.schedules.3`` -> ``3``; the unnumbered topic of schedules written before
+    partitions (``pushjobs.schedules``) -> ``old``."""
+    suffix = topic.rpartition(".")[2]
+    return suffix if suffix.isdigit() else "old"
+
+
+def shares(partitions: Sequence[str] | None) -> str:
+    """The schedule partitions a server fires: ``3: 0 2 5``; ``-`` for none (or a server of
+    a version that does not say)."""
+    if not partitions:
+        return "-"
+    labels = sorted(map(partition_label, partitions), key=lambda x: int(x) if x.isdigit() else -1)
+    return f"{len(labels)}: " + " ".join(labels)
 
 
 def render_list(servers: Sequence[Mapping[str, Any]]) -> str:
@@ -163,8 +192,9 @@ def list_servers(
     config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False
 ) -> None:
     """Every server of the installation: its role (leader, standby; deposed or gone when
-    its record says a lease it no longer holds, or is stale), epoch, last pong and
-    endpoints. The server that answered is marked with *.
+    its record says a lease it no longer holds, or is stale), epoch, last pong, the
+    schedule partitions it fires (how many: which) and endpoints. The server that
+    answered is marked with *.
 
     Example: pushjobs server list --json
     """

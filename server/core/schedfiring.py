@@ -9,8 +9,10 @@ or skipped). ``tick(now_ms, active)`` pops what is due and answers with ``Fire``
   could fire it: down, taking over, stalled). ``skip`` drops every missed one, ``once``
   fires only the latest, ``all`` fires the first ``CATCH_UP_MAX`` of them and drops the
   rest; due times within the grace always fire;
-- overlap: a due time while the schedule's previous run is still active (the caller's
-  ``active(job_id)``; a fire just made counts as active) is dropped (``skip``), fired
+- overlap: a due time while the schedule's previous fire is still outstanding (the
+  caller's ``active(job_id)``: its job running, or fired and not started yet; a fire just
+  made counts) is dropped (``skip``: one run outstanding at most, even for due times
+  within the grace, as docs/schedules-and-batches.md says), fired
   anyway (``allow``), or held until that run ends (``queue``: held due times fire one
   at a time in due order, at most ``CATCH_UP_MAX`` held, the overflow dropped).
 

@@ -3,13 +3,15 @@
 Theory of operation. Each server appends one record about itself to the compacted
 ``control`` topic every lease renewal (a third of a session): key
 ``server:<name>:<incarnation>``, value ``{name, incarnation, role, epoch, api, heartbeat,
-reply, ts}`` with the endpoints it advertises and its wall time. The leader's record is
-the ping, a standby's the pong; nobody answers anybody, so a server that stops writing
-is simply forgotten once its record is stale. The same turn reads what the others wrote
-since the offset last read and folds it (``Roster``, pure): the latest record per key, a
-tombstone removing it. A server stopped cleanly (SIGTERM) writes its tombstone.
-``server.list`` reads the topic too (``rows``), so a server that just started is listed
-at once, not at the next renewal.
+reply, ts, partitions}`` with the endpoints it advertises, its wall time and the schedule
+partitions it owns (``schedpartitions.py``: who fires what, for ``server list`` and
+``schedule show``; as of that record, written again at once when they change). The
+leader's record is the ping, a standby's the pong; nobody answers anybody, so a server
+that stops writing is simply forgotten once its record is stale. The same turn reads what
+the others wrote since the offset last read and folds it (``Roster``, pure): the latest
+record per key, a tombstone removing it. A server stopped cleanly (SIGTERM) writes its
+tombstone. ``server.list`` reads the topic too (``rows``), so a server that just started
+is listed at once, not at the next renewal.
 
 Who leads, as far as the control topic knows (``Roster.leader``): of the records younger
 than ``stale_ms`` (1.5 lease sessions: a leader writes every third of one, and its lease
@@ -37,6 +39,7 @@ import contextlib
 import logging
 import re
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -70,6 +73,9 @@ class Member:
     heartbeat: str
     reply: str
     ts: int  # wall ms when written
+    # The schedule partitions (topics) it owned when it wrote this; empty in a record of
+    # a version before ``server list`` showed them.
+    partitions: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -107,7 +113,10 @@ def decode(value: bytes) -> Member:
     epoch, ts = raw.get("epoch"), raw.get("ts")
     if type(ts) is not int or (epoch is not None and type(epoch) is not int):
         raise ValueError("ts or epoch is not an integer")
-    return Member(**{k: raw[k] for k in _TEXT}, epoch=epoch, ts=ts)
+    partitions = raw.get("partitions", [])
+    if not isinstance(partitions, list) or any(type(t) is not str for t in partitions):
+        raise ValueError("partitions is not a list of topics")
+    return Member(**{k: raw[k] for k in _TEXT}, epoch=epoch, ts=ts, partitions=tuple(partitions))
 
 
 class Roster:
@@ -135,6 +144,19 @@ class Roster:
 
     def fresh(self, member: Member, now_ms: int) -> bool:
         return now_ms - member.ts <= self.stale_ms
+
+    def owners(self, now_ms: int) -> dict[str, str]:
+        """Schedule partition -> ``name:incarnation`` of the server whose fresh record says
+        it owns it (the newest record, while a move is under way); a partition no fresh
+        record names is absent (its owner died and the next has not said so yet)."""
+        out: dict[str, tuple[int, str]] = {}
+        for m in self.members.values():
+            if not self.fresh(m, now_ms):
+                continue
+            for topic in m.partitions:
+                if topic not in out or out[topic][0] < m.ts:
+                    out[topic] = (m.ts, f"{m.name}:{m.incarnation}")
+        return {topic: owner for topic, (_, owner) in out.items()}
 
     def leader(self, now_ms: int, *, besides: str | None = None) -> Member | None:
         """The leader as the records tell it (not ``besides``, an incarnation); None if no
@@ -164,6 +186,8 @@ class Roster:
                     "api": m.api,
                     "heartbeat": m.heartbeat,
                     "reply": m.reply,
+                    # A stale record's partitions have moved on (or will): none shown.
+                    "partitions": sorted(m.partitions) if role in (LEADER, STANDBY) else [],
                 }
             )
         order = {LEADER: 0, STANDBY: 1, "deposed": 2, "gone": 3}
@@ -196,6 +220,9 @@ class Membership:
         self.failing = False
         self.next_lookup = 0.0  # monotonic: when ``leader_api`` may read the topic again
         self.next_list_read = 0.0  # monotonic: when ``rows`` may read the topic again
+        # The schedule partitions this server owns now (the scheduler's, wired by serverd).
+        self.partitions: Callable[[], Iterable[str]] = tuple
+        self.written: tuple[str, ...] = ()  # the partitions of the record last written
 
     @classmethod
     def reader(cls, leadership: Leadership, clock: Clock) -> Membership | None:
@@ -218,12 +245,14 @@ class Membership:
             heartbeat=self.endpoints["heartbeat"],
             reply=self.endpoints["reply"],
             ts=now_ms,
+            partitions=tuple(sorted(self.partitions())),
         )
 
     def beat(self) -> None:
         """Write this server's record, then read everyone's since last time."""
         now_ms = self.clock.wall_ms()
         me = self.me(now_ms)
+        self.written = me.partitions
         try:
             self.leadership.append(self.topic, [(me.key, me.encode())])
             self.read()
@@ -236,6 +265,12 @@ class Membership:
             log.info("server membership: the control topic works again")
         self.failing = False
         self.roster.apply(me.key, me.encode())  # this server as it is now, read or not
+
+    def beat_if_moved(self) -> None:
+        """Write this server's record now if its partitions changed since it last did:
+        ``server list`` shows a move at once, not a renewal later."""
+        if tuple(sorted(self.partitions())) != self.written:
+            self.beat()
 
     def read(self) -> None:
         end = self.log.end_offset(self.topic)
@@ -277,14 +312,23 @@ class Membership:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every server known, as the topic says now (``LIST_READ_EVERY_S``)."""
+        self._refresh()
+        return self.roster.rows(self.clock.wall_ms())
+
+    def owners(self) -> dict[str, str]:
+        """Schedule partition -> the server that owns it, as the records say now."""
+        self._refresh()
+        return self.roster.owners(self.clock.wall_ms())
+
+    def _refresh(self) -> None:
         if self.clock.monotonic() >= self.next_list_read:
             self.next_list_read = self.clock.monotonic() + LIST_READ_EVERY_S
             # A log that fails: the roster as last read (the next renewal logs it).
             with contextlib.suppress(LogError):
                 self.read()
         now_ms = self.clock.wall_ms()
+        # This server as it is now (its partitions too), written or not.
         self.roster.apply(record_key(self.name, self.incarnation), self.me(now_ms).encode())
-        return self.roster.rows(now_ms)
 
     def leave(self) -> None:
         """A clean stop: this server's record removed (a tombstone), best effort."""

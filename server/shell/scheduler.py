@@ -14,7 +14,11 @@ through ``Jobs.start`` under the derived id, which starts a given id at most onc
 fire read twice (the owner on the leader hands it over at once, then it is read) or
 completed by a new leader starts one job. After a takeover, starts wait, for at most
 ``settle_ms``, until the nodes a fire targets are online again, so a restart alone does
-not make a fire find its nodes away.
+not make a fire find its nodes away. And a fire starts only once its online targets are
+free of other jobs (``_free``, in due order, for at most ``BUSY_WAIT_MS``): a node runs one
+job at a time and would refuse it ``busy``, so fires released together after an outage
+would all fail but one. Until it starts a fire is not committed, so a next leader reads
+it again.
 
 Killed at any line: an owner killed before a fire's write leaves the due time unsettled
 and the partition's next owner finds it due; after it, the record is in the log and the
@@ -26,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -60,6 +65,25 @@ log = logging.getLogger("pushjobs.server")
 SETTLE_POLL_MS = 100
 FOLLOW_EVERY_MS = 200  # how often the partitions are read for what others wrote
 DEFAULT_SETTLE_MS = 15_000
+# How long a fire waits for its targets to be free of other jobs before it starts anyway
+# (and a node still busy refuses it ``busy``): a bound, so a node held by a long job delays
+# a fire, never holds it for good.
+BUSY_WAIT_MS = 300_000
+WAITED_KEPT = 10_000  # ``schedule history`` notes of fires that waited, this leader's
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A fire held back because a target is busy with another job."""
+
+    since_ms: int  # when this leader first found it so
+    targets: list[str]  # as selected then
+    why: str = ""  # ``n1 busy with job X``, as last found
+
+
+def seconds(ms: int) -> str:
+    """``0.4``, ``12``, ``300``: a wait for people."""
+    return f"{ms / 1000:.1f}".removesuffix(".0")
 
 
 class Scheduler:
@@ -99,6 +123,8 @@ class Scheduler:
         self.owner = Owner(self.log, grace_ms=grace_ms, intern=self._intern)
         self.not_started: dict[tuple[str, int], str] = {}  # (sid, due) -> why, this leader
         self.unstarted: dict[str, Fire] = {}  # job id -> a fire read but not started
+        self.waiting: dict[str, Waiting] = {}  # job id -> an unstarted fire's busy targets
+        self.waited: dict[tuple[str, int], str] = {}  # (sid, due) -> how it waited, bounded
         self.loaded = False
         self.hold_until_ms = 0
         self.asked_ms = 0  # settling: when the nodes were last found away
@@ -107,6 +133,9 @@ class Scheduler:
         self.retry_at_ms = 0
         self.renew_at_ms = 0
         self.follow_at_ms = 0
+        # Partition -> the server owning it, as the membership records say (serverd).
+        self.owners: Callable[[], Mapping[str, str]] = dict
+        self.watch_behind = True  # the schedules' jobs not read since (``_tick``)
 
     # --- partitions -------------------------------------------------------------------------
 
@@ -120,8 +149,8 @@ class Scheduler:
                 return known
         return schedule
 
-    def rebalance(self, now_ms: int) -> None:
-        """Poll this server's membership of the group; load what was gained."""
+    def rebalance(self, now_ms: int) -> bool:
+        """Poll this server's membership of the group; load what was gained (True if any)."""
         self.renew_at_ms = now_ms + round(self.leadership.session_s * 1000 / 3)
         for topic in self.owner.broken & self.partitions.owned():
             self.partitions.lose(topic)  # granted again at this poll: read back
@@ -142,6 +171,7 @@ class Scheduler:
             log.info("schedule partition %s: owned here, %d schedules armed", topic, armed)
         if changes.error is not None:
             raise changes.error
+        return bool(changes.gained)
 
     def close(self) -> None:
         """A clean stop: every partition handed over at once."""
@@ -168,6 +198,8 @@ class Scheduler:
         self.catalog.clear()
         self.not_started.clear()
         self.unstarted.clear()
+        self.waiting.clear()
+        self.waited.clear()
         self.loaded = False
 
     # --- time -------------------------------------------------------------------------------
@@ -201,14 +233,22 @@ class Scheduler:
             log.info("schedules: %s", line)
 
     def _tick(self, now_ms: int) -> None:
+        gained = False
         if now_ms >= self.renew_at_ms or self.owner.broken:
-            self.rebalance(now_ms)
+            gained = self.rebalance(now_ms)
         following = now_ms >= self.follow_at_ms
         if following:
             self.follow_at_ms = now_ms + FOLLOW_EVERY_MS
             self.owner.follow()
-            if not self.leadership.leader and len(self.owner):
-                self.watch.follow(now_ms)
+        if self.leadership.leader or not len(self.owner):
+            self.watch_behind = True  # not read meanwhile: the coordinator knows, or no use
+        elif following or gained or self.watch_behind:
+            # A partition gained (or a standby that was not reading) fires in this very
+            # turn: the schedules' jobs are read first, or every fire of the last
+            # ``pending_ms`` is unknown, counts as running, and ``--overlap skip`` drops
+            # each due time pending at the gain (issue 27).
+            self.watch.follow(now_ms)
+            self.watch_behind = False
         fired = self.owner.tick(now_ms, self._active)
         if not self.leadership.leader:
             return
@@ -230,8 +270,10 @@ class Scheduler:
         if now_ms < self.hold_until_ms and not self._nodes_back(now_ms):
             self.asked_ms = now_ms
             return
-        for fire in list(self.unstarted.values()):
+        for fire in self._free(now_ms):
             self._start(fire, now_ms)
+        if self.waiting:
+            self.asked_ms = now_ms  # looked again at the next poll, or as a job ends
         if not self.unstarted:
             self.catalog.commit(now_ms)
 
@@ -258,6 +300,81 @@ class Scheduler:
             if not set(targets) <= online:
                 return False
         return True
+
+    def _free(self, now_ms: int) -> list[Fire]:
+        """The fires to start now, in due order: each whose targets no other job holds
+        (nor a fire before it, started now or waiting), or that waited ``BUSY_WAIT_MS``.
+
+        A node runs one job at a time and refuses another ``busy``: fires released
+        together (after an outage, or due together) would all fail but one. One held back
+        stays unstarted, so not committed: a next leader reads it again, and its job id
+        is started at most once whoever starts it (issue 27)."""
+        coordinator = self.jobs.coordinator
+        claimed: dict[str, str] = {}  # node -> the fire (job id) before in this order
+        # Only a node that will be asked to commit can refuse: an offline one is not waited
+        # for (the job finds it unavailable, as it would have).
+        online = set(self.jobs.liveness.online_peers())
+        out: list[Fire] = []
+        for fire in sorted(self.unstarted.values(), key=lambda f: (f.due_ms, f.job_id)):
+            waiting = self.waiting.get(fire.job_id)
+            if fire.job_id in coordinator.jobs:
+                out.append(fire)  # started already (read again): nothing to wait for
+                continue
+            targets = waiting.targets if waiting is not None else self._targets(fire)
+            held: tuple[str, str] | None = None
+            for node in targets:
+                if node not in online:
+                    continue
+                earlier = claimed.get(node)
+                if earlier is not None:  # promised to a fire due before (waiting too)
+                    held = (node, f"{earlier} (due before)")
+                    break
+                holder = next(iter(coordinator.holding(node)), None)
+                if holder is not None:
+                    held = (node, holder)
+                    break
+            claimed.update((node, fire.job_id) for node in targets if node in online)
+            if held is None:
+                if waiting is not None:
+                    waited = seconds(now_ms - waiting.since_ms)
+                    self._note(fire, f"fired after waiting {waited} s for {waiting.why}")
+                out.append(fire)
+                continue
+            if waiting is None:
+                waiting = self.waiting[fire.job_id] = Waiting(now_ms, targets)
+            waiting.why = f"{held[0]} busy with job {held[1]}"
+            if now_ms - waiting.since_ms >= BUSY_WAIT_MS:
+                waited = seconds(now_ms - waiting.since_ms)
+                node, holder = held
+                self._note(
+                    fire, f"fired after waiting {waited} s: {node} still busy with job {holder}"
+                )
+                log.warning(
+                    "schedule %s: fire due at %d started after waiting %s s: %s",
+                    fire.schedule_id,
+                    fire.due_ms,
+                    waited,
+                    waiting.why,
+                )
+                out.append(fire)
+        return out
+
+    def _targets(self, fire: Fire) -> list[str]:
+        """The nodes ``fire`` would target now; [] if it cannot say (``_start`` will)."""
+        entry = self.catalog.entries.get(fire.schedule_id)
+        if entry is None:
+            return []
+        try:
+            facts = list(self.jobs.nodes.facts())
+            return select(entry.schedule.job["nodes"], facts, exists=self.jobs.registered)
+        except (PushJobsError, KeyError, TypeError):
+            return []
+
+    def _note(self, fire: Fire, note: str) -> None:
+        self.waiting.pop(fire.job_id, None)
+        if len(self.waited) >= WAITED_KEPT:
+            del self.waited[next(iter(self.waited))]  # the oldest note
+        self.waited[(fire.schedule_id, fire.due_ms)] = note
 
     def _start(self, fire: Fire, now_ms: int) -> None:
         entry = self.catalog.entries.get(fire.schedule_id)
@@ -288,6 +405,7 @@ class Scheduler:
         except (PushJobsError, KeyError, TypeError, ValueError) as exc:
             self._failed(fire, exc)
         self.unstarted.pop(fire.job_id, None)
+        self.waiting.pop(fire.job_id, None)
 
     def _failed(self, fire: Fire, exc: Exception) -> None:
         log.warning(
@@ -359,7 +477,7 @@ class Scheduler:
         entry = Entry(schedule, now_ms, topic_of(self.topic, sid, self.count))
         self._write(sid, entry, entry.topic)  # not durable: not kept (raises)
         log.info("schedule %s: %s %s, by %s", sid, schedule.command, describe(schedule), caller)
-        return self.catalog.view(sid)
+        return self._view(sid, self.owners())
 
     def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
         entry = self._get(schedule_id)
@@ -368,7 +486,7 @@ class Scheduler:
         changed = Entry(entry.schedule.with_paused(paused), from_ms, entry.topic)
         if entry.schedule.paused is not paused:
             self._write(schedule_id, changed, entry.topic)
-        return self.catalog.view(schedule_id)
+        return self._view(schedule_id, self.owners())
 
     def delete(self, schedule_id: str) -> dict[str, Any]:
         entry = self._get(schedule_id)
@@ -377,13 +495,22 @@ class Scheduler:
 
     def rows(self) -> list[dict[str, Any]]:
         self._leading()
+        owners = self.owners()
         return sorted(
-            (self.catalog.view(sid) for sid in self.catalog.entries), key=lambda r: r["created_ms"]
+            (self._view(sid, owners) for sid in self.catalog.entries),
+            key=lambda r: r["created_ms"],
         )
 
     def show(self, schedule_id: str) -> dict[str, Any]:
         self._get(schedule_id)
-        return self.catalog.view(schedule_id)
+        return self._view(schedule_id, self.owners())
+
+    def _view(self, sid: str, owners: Mapping[str, str]) -> dict[str, Any]:
+        """The catalog's view and who fires it: its partition's owner (``name:incarnation``,
+        None while no live server has said it owns it, e.g. just after its owner died)."""
+        view = self.catalog.view(sid)
+        view["owner"] = owners.get(view["partition"])
+        return view
 
     def fires(self, schedule_id: str) -> list[dict[str, Any]]:
         self._get(schedule_id)
@@ -394,7 +521,14 @@ class Scheduler:
             job = coordinator.jobs.get(str(entry.get("job_id")))
             row["job_state"] = job.state.value if job is not None else None
             row.setdefault("outcome", "fired")
-            why = self.not_started.get((schedule_id, int(entry.get("due_ms") or 0)))
+            key = (schedule_id, int(entry.get("due_ms") or 0))
+            waiting = self.waiting.get(str(entry.get("job_id")))
+            if waiting is not None and job is None:
+                so_far = seconds(self.clock.wall_ms() - waiting.since_ms)
+                row["outcome"] = f"waiting: {waiting.why}, for {so_far} s so far"
+            elif key in self.waited and entry.get("job_id"):
+                row["outcome"] = self.waited[key]
+            why = self.not_started.get(key)
             if why is not None and entry.get("job_id"):
                 row["outcome"] = why
             out.append(row)

@@ -17,6 +17,7 @@ ROWS: list[dict[str, Any]] = [
         "api": "tcp://10.0.0.5:7700",
         "heartbeat": "tcp://10.0.0.5:7701",
         "reply": "tcp://10.0.0.5:7702",
+        "partitions": ["pushjobs.schedules.10", "pushjobs.schedules", "pushjobs.schedules.2"],
         "self": False,
     },
     {
@@ -33,13 +34,16 @@ ROWS: list[dict[str, Any]] = [
 ]
 
 
-def test_one_row_per_server_with_role_epoch_last_pong_and_endpoints() -> None:
+def test_one_row_per_server_with_role_epoch_last_pong_partitions_and_endpoints() -> None:
+    # The schedule partitions each server fires: how many, then which (``old``: the topic
+    # of schedules written before partitions); ``-`` for none, or a server that does not say.
     assert render_list(ROWS).splitlines() == [
-        "server         role     epoch  last pong  api                  heartbeat            reply",
-        "server:aa11    leader   4      0.4 s ago  tcp://10.0.0.5:7700  tcp://10.0.0.5:7701"
-        "  tcp://10.0.0.5:7702",
-        "server:bb22 *  standby  -      1.3 s ago  tcp://10.0.0.6:7700  tcp://10.0.0.6:7701"
-        "  tcp://10.0.0.6:7702",
+        "server         role     epoch  last pong  partitions   api                  heartbeat"
+        "            reply",
+        "server:aa11    leader   4      0.4 s ago  3: old 2 10  tcp://10.0.0.5:7700"
+        "  tcp://10.0.0.5:7701  tcp://10.0.0.5:7702",
+        "server:bb22 *  standby  -      1.3 s ago  -            tcp://10.0.0.6:7700"
+        "  tcp://10.0.0.6:7701  tcp://10.0.0.6:7702",
     ]
 
 

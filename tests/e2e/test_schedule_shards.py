@@ -154,6 +154,23 @@ def outcome(client: Client, added: list[dict[str, Any]]) -> tuple[set[str], dict
     return expected, found
 
 
+def shares_agree(client: Client, added: list[dict[str, Any]]) -> bool:
+    servers, rows = client.call("server.list", {}), client.call("schedule.list", {})
+    if servers is None or rows is None:
+        return False
+    live = [s for s in servers["servers"] if s["role"] in ("leader", "standby")]
+    owner = {t: f"{s['name']}:{s['incarnation']}" for s in live for t in s["partitions"]}
+    shares = sum(len(s["partitions"]) for s in live)
+    every = set(partition_topics(names().schedules, DEFAULT_PARTITIONS))
+    return (
+        len(owner) == shares  # no partition named twice
+        and set(owner) == every
+        and len(live) == 2
+        and all(len(s["partitions"]) >= 2 for s in live)
+        and all(r["owner"] == owner[r["partition"]] for r in rows["schedules"])
+    )
+
+
 def stamps(root: Path, node: str) -> list[str]:
     path = root / f"stamps-{node}"
     return path.read_text().split() if path.exists() else []
@@ -219,6 +236,9 @@ def scenario(sandbox: Sandbox) -> None:
         client.endpoints = [*both, ready_fields(third.ready_line)["api"]]
         wait_until(lambda: OWNED in third.log_text(), 30.0, 0.1)
         let_fire(client, added)  # fires of both owners again
+        # Who fires what: the live servers' shares split every partition, and each
+        # schedule names the server whose share holds its partition.
+        wait_until(lambda: shares_agree(client, added), 20.0, 0.2)
         for schedule in added:
             pause(client, schedule["schedule_id"])
         # A pause reaches the partition's owner within a moment: a due time in between

@@ -292,3 +292,47 @@ def test_a_server_just_started_is_listed_at_once_and_the_list_reads_at_most_ever
     assert "d" not in [r["incarnation"] for r in a.membership.rows()]  # asked again at once
     clock.advance(0.1)
     assert "d" in [r["incarnation"] for r in a.membership.rows()]
+
+
+# --- who fires what (issue 27, item 4) ------------------------------------------------------
+
+
+def test_each_record_names_the_partitions_its_server_fires_and_a_stale_one_none() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    a.membership.partitions = lambda: {"p.schedules.1", "p.schedules"}
+    b.membership.partitions = lambda: ["p.schedules.0"]
+    a.membership.beat_if_moved()  # moved: written at once, not a renewal later
+    b.membership.beat_if_moved()
+    before = a.log.end_offset(a.topics.control)
+    a.membership.beat_if_moved()  # unchanged: nothing written
+    assert a.log.end_offset(a.topics.control) == before
+    clock.advance(0.2)  # past ``LIST_READ_EVERY_S``: the list reads b's record
+    rows = {r["incarnation"]: r["partitions"] for r in a.membership.rows()}
+    assert rows == {"a": ["p.schedules", "p.schedules.1"], "b": ["p.schedules.0"]}
+    assert a.membership.owners() == {
+        "p.schedules": "server:a",
+        "p.schedules.1": "server:a",
+        "p.schedules.0": "server:b",
+    }
+    clock.advance(SESSION_S * 1.5 + 0.1)  # b killed: its partitions are no longer its
+    a.renew(clock)
+    rows = {r["incarnation"]: (r["role"], r["partitions"]) for r in a.membership.rows()}
+    assert rows["b"] == ("gone", [])
+    assert "p.schedules.0" not in a.membership.owners()
+
+
+def test_while_a_partition_moves_the_newest_record_names_its_owner() -> None:
+    r = roster(
+        Member("s", "a", STANDBY, None, "x", "y", "z", NOW - 100, ("t.1", "t.2")),
+        Member("s", "b", STANDBY, None, "x", "y", "z", NOW, ("t.2",)),
+    )
+    assert r.owners(NOW) == {"t.1": "s:a", "t.2": "s:b"}
+
+
+def test_a_record_of_a_version_before_partitions_reads_as_none() -> None:
+    value = b'{"name":"s","incarnation":"a","role":"standby","epoch":null,"api":"x",'
+    value += b'"heartbeat":"y","reply":"z","ts":1}'
+    assert decode(value).partitions == ()
+    with pytest.raises(ValueError):
+        decode(value[:-1] + b',"partitions":[1]}')
