@@ -219,6 +219,10 @@ class Agent:
             capture = commit is not None and commit.options.capture
             kind, fields = outcome_reply(outcome, capture)
             log.info("job %s: %s %s", outcome.job_id, kind, outcome.reason)
+            for left in outcome.left_running:
+                log.warning(
+                    "job %s: a process of the job could not be killed: %s", outcome.job_id, left
+                )
             self.outbound.outcome(outcome.job_id, kind, fields, self.clock.wall_ms())
             self.writes.ended(outcome.job_id)
 
