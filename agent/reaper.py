@@ -22,12 +22,17 @@ Killed at any line. The agent: the kernel closes its end of the pipe and the wat
 kills the job within milliseconds. The watchdog: the agent's next write fails; it logs
 that jobs are no longer protected and carries on (a restarted agent starts a new one).
 
-What it cannot do: a process that leaves the job's process group (``setsid``, a daemon
-that double-forks) and its environment escapes both the executor's group kill and the
-reaper; so does a job forked as the agent died whose exec takes longer than
-``LOOK_FOR_S`` (the journal has no row for it yet: the row follows the fork). Only a cgroup
-contains those: run the agent as a systemd service (its default ``KillMode=control-group``
-kills everything the unit started when the agent stops or dies).
+The agent also tells it each job's cgroup (``cPATH``, ``uPATH`` when done: ``cgroups.py``),
+killed whole when the agent goes, and it finds the rest as the executor does
+(``procscan.py``, whose source it runs): the registered groups' leaders' descendants and
+the tagged processes, stopped first, then killed.
+
+What it cannot do: without a cgroup, a process that left the job's tree (its parent gone)
+and cleared its environment is out of its reach; so is a job forked as the agent died
+whose exec takes longer than ``LOOK_FOR_S`` (the journal has no row for it yet: the row
+follows the fork). A cgroup contains those: each job's own where the agent can make one,
+and the systemd unit's (``KillMode=control-group`` kills everything the unit started when
+the agent stops or dies).
 """
 
 from __future__ import annotations

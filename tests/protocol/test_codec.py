@@ -109,3 +109,20 @@ def test_decode_error_is_chained_to_its_cause():
     with pytest.raises(MalformedMessage) as info:
         decode(b"{nope")
     assert isinstance(info.value.__cause__, orjson.JSONDecodeError)
+
+
+def test_an_optional_field_is_left_off_when_default_and_read_as_default_when_missing() -> None:
+    """Issue 27's ``left_running``: an older peer never sees the key unless it matters, and
+    a newer one reads an older peer's message."""
+    from pushjobs.protocol import codec
+    from pushjobs.protocol.messages import Failed
+
+    base = {"sender": "n", "incarnation": "i", "sequence": 1, "timestamp": 1}
+    plain = Failed(**base, job_id="j", exit_status=None, reason="r", duration_ms=3)
+    body = codec.encode(plain)
+    assert b"left_running" not in body
+    assert codec.decode(body) == plain
+    left = Failed(**base, job_id="j", exit_status=1, reason="r", duration_ms=3, left_running=("x",))
+    assert codec.decode(codec.encode(left)) == left
+    with pytest.raises(MalformedMessage, match="left_running"):
+        codec.decode(codec.encode(left).replace(b'["x"]', b'"x"'))
