@@ -81,6 +81,15 @@ class JobCgroup:
         """Move ``pid`` in; OSError if the kernel refuses."""
         (self.path / "cgroup.procs").write_text(f"{pid}\n")
 
+    def populated(self) -> bool:
+        """Whether any process is in the cgroup or under it (``cgroup.events``): one small
+        read, what a job's ordinary end asks before anything costlier."""
+        try:
+            events = (self.path / "cgroup.events").read_text()
+        except OSError:
+            return True  # cannot tell: the kill finds out
+        return "populated 0" not in events
+
     def kill(self, grace_s: float = procscan.GRACE_S) -> list[str]:
         """Kill every process in the cgroup, remove it; what stayed, described."""
         try:

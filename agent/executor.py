@@ -192,8 +192,24 @@ class Execution:
             self._proc.stdout.close()
             self._proc.stderr.close()
         self._end_group()
-        self._kill_job()
+        if killed or not self._nothing_left():
+            self._kill_job()
+        elif self._cgroup is not None:
+            self._cgroup.remove()
         self._on_done(self._outcome(timed_out))
+
+    def _nothing_left(self) -> bool:
+        """After a command that ended on its own and its group: whether no other process
+        of the job can be left, judged cheaply (every job pays this, most leave nothing):
+        an empty cgroup, or, the agent being a subreaper, no child of the agent that is not
+        its own (an escaper whose parent is gone is adopted by the agent). Otherwise the
+        full look (``_kill_job``) decides."""
+        if self._cgroup is not None:
+            return not self._cgroup.populated()
+        if self._adopter is not None:
+            left = procscan.children(self._adopter) - set(self._spare) - {self.pid}
+            return not left
+        return False
 
     def _kill_job(self) -> None:
         """Kill every process of the job: its cgroup, or what ``procscan`` finds."""

@@ -37,6 +37,13 @@ SCRIPTS = {
         "exec sleep 60\n"
     ),
 }
+# Leaves an escaper (setsid, its parent gone at once) and ends on its own, succeeded: the
+# ordinary end's cheap check (an adopted child of the agent, a populated cgroup) finds it.
+ENDS = (
+    "setsid sh -c 'echo $$ > \"$1\"; exec sleep 60' escaper"
+    ' "$PUSHJOBS_HOME/escaper-$PUSHJOBS_JOB_ID" &\n'
+    "sleep 0.5\n"
+)
 NODES = {"node-1": "auto", "node-2": "ancestry"}
 
 
@@ -44,7 +51,7 @@ NODES = {"node-1": "auto", "node-2": "ancestry"}
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("escape")
     whitelist = dict(WHITELIST)
-    for name, text in SCRIPTS.items():
+    for name, text in {**SCRIPTS, "daemonize-and-end": ENDS}.items():
         (root / f"{name}.sh").write_text(text)
         whitelist[name] = f"sh {root / name}.sh"
     sandbox = Sandbox(root / "fleet", nodes=list(NODES), whitelist=whitelist).prepare()
@@ -93,7 +100,8 @@ def escaping(fleet: Fleet, command: str, node: str, **params: object) -> Iterato
         assert running(pid)
         yield job["job_id"], pid
     finally:
-        for left in {pid} | of_job(job["job_id"]):
+        # Never pid 0 (no escaper read): os.kill(0, ...) is this test's own process group.
+        for left in ({pid} | of_job(job["job_id"])) - {0}:
             with contextlib.suppress(OSError):
                 os.kill(left, signal.SIGKILL)
 
@@ -119,6 +127,13 @@ def test_a_daemonised_process_does_not_outlive_its_run_timeout(
 ) -> None:
     with escaping(fleet, command, node, timeout_s=2.0) as (job_id, escaper):
         assert fleet.wait_job(job_id)["nodes"][node]["state"] == "timed_out"
+        wait_until(lambda: not running(escaper) and not of_job(job_id), timeout_s=5)
+
+
+@pytest.mark.parametrize("node", sorted(NODES))
+def test_a_daemon_a_job_leaves_ends_with_the_job(fleet: Fleet, node: str) -> None:
+    with escaping(fleet, "daemonize-and-end", node) as (job_id, escaper):
+        assert fleet.wait_job(job_id)["nodes"][node]["state"] == "succeeded"
         wait_until(lambda: not running(escaper) and not of_job(job_id), timeout_s=5)
 
 
