@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent import subreaper
 from agent.agentconfig import CONFIG_FILE, AgentConfig
 from agent.agentd import Agent
 from agent.reaper import Reaper
@@ -100,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise _fail(exc) from None
     # The watchdog that ends a running job if this agent dies, even by SIGKILL.
     reaper = Reaper()
+    # A job's orphans (a double fork) come to this process, where they are found and reaped.
+    adopter = os.getpid() if subreaper.become() else None
     try:
-        agent = Agent(config, reaper=reaper)
+        agent = Agent(config, reaper=reaper, adopter=adopter)
     except PushJobsError as exc:
         reaper.close()
         raise _fail(exc, key_hint(config) if isinstance(exc, KeyFileError) else "") from None

@@ -31,6 +31,7 @@ from typing import Any
 import zmq
 
 from agent.agentconfig import AgentConfig
+from agent.cgroups import Containment
 from agent.discovery import session_key
 from agent.intake import BeatNow, CommandIntake, Effect, Hold, Rediscover, Resend
 from agent.journal import Journal
@@ -70,6 +71,7 @@ class Agent:
         out: Any = None,
         clock: Clock | None = None,
         reaper: Reaper | None = None,
+        adopter: int | None = None,
     ) -> None:
         self.config = config
         self.out = out if out is not None else sys.stdout
@@ -134,8 +136,29 @@ class Agent:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
         self.reaper = reaper
+        tag = reaper.tag if reaper is not None else secrets.token_hex(8)
+        self.containment = Containment.probe(tag, section.job_containment)
+        if section.job_containment == "cgroup" and self.containment.mode != "cgroup":
+            raise ConfigError(
+                f'job_containment is "cgroup" but {self.containment.reason}',
+                key="agent.job_containment",
+            )
+        if self.containment.mode == "cgroup":
+            log.info("each job runs in a cgroup of its own under %s", self.containment.base)
+        else:
+            log.info(
+                "jobs are tracked by ancestry and marks, not cgroups: %s%s",
+                self.containment.reason,
+                "" if adopter is not None else " (and orphans go to init: not a subreaper)",
+            )
         self.launcher = Launcher(
-            self.name, section.capture_bytes, self._wake, reaper, judge=self.whitelist.judge
+            self.name,
+            section.capture_bytes,
+            self._wake,
+            reaper,
+            judge=self.whitelist.judge,
+            containment=self.containment,
+            adopter=adopter,
         )
         self.stopping = False
         self.reload_requested = False
@@ -196,6 +219,10 @@ class Agent:
             capture = commit is not None and commit.options.capture
             kind, fields = outcome_reply(outcome, capture)
             log.info("job %s: %s %s", outcome.job_id, kind, outcome.reason)
+            for left in outcome.left_running:
+                log.warning(
+                    "job %s: a process of the job could not be killed: %s", outcome.job_id, left
+                )
             self.outbound.outcome(outcome.job_id, kind, fields, self.clock.wall_ms())
             self.writes.ended(outcome.job_id)
 
@@ -311,5 +338,6 @@ class Agent:
         self.journal.close()
         if self.reaper is not None:
             self.reaper.close()
+        self.containment.close()
         os.close(self.wake_r)
         os.close(self.wake_w)

@@ -9,12 +9,13 @@ the command through the whitelist as it is now (it may have changed since the co
 judges the commit again (whitelist and env policy: ``judge``, by default the built-in
 env policy alone), writes the commit's file payload, builds the environment (the agent's
 own, the commit's ``env`` and ``secret_env``, ``PUSHJOBS_JOB_ID`` and ``PUSHJOBS_NODE``)
-and starts the process group. The executor's watcher thread hands the outcome over
+and starts the process group, in a cgroup of its own where the agent can make one
+(``cgroups.py``). The executor's watcher thread hands the outcome over
 through ``on_done``, which queues it and wakes the daemon's loop; ``ended`` gives the
 outcomes back on the loop's thread.
 
 Killed at any line: the commits held and the outcome queue are lost. The reaper
-(``reaper.py``), told of every process group as it starts, kills the running job when the
+(``reaper.py``), told of every process group and cgroup as it starts, kills the running job when the
 agent dies; the journal has the job id, so the restarted agent nacks the same job instead
 of running it twice. A payload
 file is written to a temporary name and renamed, so it is never seen half written.
@@ -28,6 +29,7 @@ from base64 import b64decode
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from agent.cgroups import Containment
 from agent.envpolicy import EnvPolicy
 from agent.executor import Execution, Outcome
 from agent.reaper import TAG_VARIABLE, Reaper
@@ -50,8 +52,15 @@ class Launcher:
         wake: Callable[[], None],
         reaper: Reaper | None = None,
         judge: Judge | None = None,
+        *,
+        containment: Containment | None = None,
+        adopter: int | None = None,
     ) -> None:
+        """``containment``: where each job's cgroup is made (None: no cgroups);
+        ``adopter``: this process's pid if it is a child subreaper (``subreaper.py``)."""
         self.node = node
+        self.containment = containment
+        self.adopter = adopter
         self.judge = judge if judge is not None else _env_only(EnvPolicy())
         self.reaper = reaper
         self.capture_bytes = capture_bytes
@@ -101,9 +110,12 @@ class Launcher:
         env["PUSHJOBS_NODE"] = self.node
         if self.reaper is not None:
             env[TAG_VARIABLE] = self.reaper.tag
+        cgroup = None
         try:
             if opts.file is not None:
                 write_payload(opts.file)
+            if self.containment is not None:
+                cgroup = self.containment.new_job()
             self.execution = Execution(
                 job_id,
                 argv,
@@ -113,13 +125,22 @@ class Launcher:
                 cwd=opts.cwd,
                 user=opts.user,
                 capture_bytes=self.capture_bytes,
+                cgroup=cgroup,
+                adopter=self.adopter,
+                spare=frozenset({self.reaper.pid}) if self.reaper is not None else frozenset(),
             )
-        except OSError as exc:
+        except (OSError, ExecutionError) as exc:
+            if cgroup is not None:
+                cgroup.remove()
+            if isinstance(exc, ExecutionError):
+                raise
             raise ExecutionError(str(exc)) from exc
         except ValueError as exc:  # a file payload that is not base64: the job fails
             raise ExecutionError(f"bad file payload: {exc}") from exc
         if self.reaper is not None:
             self.reaper.watch(self.execution.pid)
+            if self.execution.cgroup is not None:
+                self.reaper.watch_cgroup(str(self.execution.cgroup.path))
         return self.execution
 
     def kill(self, job_id: str, reason: str) -> None:
@@ -136,6 +157,8 @@ class Launcher:
             if self.execution is not None and self.execution.job_id == outcome.job_id:
                 if self.reaper is not None:
                     self.reaper.release(self.execution.pid)  # its group is gone already
+                    if self.execution.cgroup is not None:
+                        self.reaper.release_cgroup(str(self.execution.cgroup.path))
                 self.execution = None
             yield outcome, self.commits.pop(outcome.job_id, None)
 

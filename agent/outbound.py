@@ -103,6 +103,8 @@ class Outbound:
         fields = orjson.loads(body)
         if isinstance(fields.get("output"), dict):
             fields["output"] = m.JobOutput(**fields["output"])
+        if isinstance(fields.get("left_running"), list):
+            fields["left_running"] = tuple(fields["left_running"])
         fields["job_id"] = job_id
         self.queue(REPLY_TYPES[kind], fields)
 
@@ -193,6 +195,8 @@ def outcome_reply(outcome: Outcome, capture: bool) -> tuple[str, dict[str, Any]]
         fields["exit_status"] = outcome.exit_status
         fields["reason"] = outcome.reason
         fields["output"] = output  # a failure's output is always worth having
+    if outcome.left_running:  # only then on the wire: an older server knows no such key
+        fields["left_running"] = outcome.left_running
     return kind, fields
 
 

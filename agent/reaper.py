@@ -22,12 +22,17 @@ Killed at any line. The agent: the kernel closes its end of the pipe and the wat
 kills the job within milliseconds. The watchdog: the agent's next write fails; it logs
 that jobs are no longer protected and carries on (a restarted agent starts a new one).
 
-What it cannot do: a process that leaves the job's process group (``setsid``, a daemon
-that double-forks) and its environment escapes both the executor's group kill and the
-reaper; so does a job forked as the agent died whose exec takes longer than
-``LOOK_FOR_S`` (the journal has no row for it yet: the row follows the fork). Only a cgroup
-contains those: run the agent as a systemd service (its default ``KillMode=control-group``
-kills everything the unit started when the agent stops or dies).
+The agent also tells it each job's cgroup (``cPATH``, ``uPATH`` when done: ``cgroups.py``),
+killed whole when the agent goes, and it finds the rest as the executor does
+(``procscan.py``, whose source it runs): the registered groups' leaders' descendants and
+the tagged processes, stopped first, then killed.
+
+What it cannot do: without a cgroup, a process that left the job's tree (its parent gone)
+and cleared its environment is out of its reach; so is a job forked as the agent died
+whose exec takes longer than ``LOOK_FOR_S`` (the journal has no row for it yet: the row
+follows the fork). A cgroup contains those: each job's own where the agent can make one,
+and the systemd unit's (``KillMode=control-group`` kills everything the unit started when
+the agent stops or dies).
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ import os
 import secrets
 import subprocess
 import sys
+from pathlib import Path
+
+from agent import procscan
 
 log = logging.getLogger("pushjobs.agent")
 
@@ -47,57 +55,75 @@ LOOK_FOR_S = 5.0
 forked in that instant carries the tag only once its exec is done (until then its
 environment is the agent's), which a starved machine may delay by seconds."""
 
-# The watchdog's whole program; ``python -S -c`` runs it with only built-in modules.
+# The watchdog's whole program; ``python -S -c`` runs it with only built-in modules, after
+# the source of ``procscan.py`` (argv[3]), which imports only os, signal and time.
 WATCHDOG = r"""
 import os, signal, sys, time
+exec(compile(sys.argv[3], "procscan", "exec"))
 tag = ("PUSHJOBS_AGENT_TAG=" + sys.argv[1]).encode()
 look_for_s = float(sys.argv[2])
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-groups, pending, clean = set(), b"", False
+groups, cgroups, pending, clean = set(), set(), b"", False
 while True:
     chunk = os.read(0, 4096)
     if not chunk:
         break
     *lines, pending = (pending + chunk).split(b"\n")
     for line in lines:
-        sign, digits = line[:1], line[1:]
-        if digits.isdigit() and sign == b"+":
-            groups.add(int(digits))
-        elif digits.isdigit() and sign == b"-":
-            groups.discard(int(digits))
+        sign, rest = line[:1], line[1:]
+        if rest.isdigit() and sign == b"+":
+            groups.add(int(rest))
+        elif rest.isdigit() and sign == b"-":
+            groups.discard(int(rest))
+        elif rest.startswith(b"/") and sign == b"c":
+            cgroups.add(rest.decode())
+        elif rest.startswith(b"/") and sign == b"u":
+            cgroups.discard(rest.decode())
         elif line == b".":
             clean = True
+def kill_cgroup(path):
+    try:
+        with open(path + "/cgroup.kill", "w") as f:
+            f.write("1")
+        return
+    except OSError:
+        pass
+    for top, dirs, files in os.walk(path):
+        try:
+            with open(top + "/cgroup.procs") as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+for path in cgroups:
+    kill_cgroup(path)
+# The jobs' processes by ancestry from each group's leader and by the agent's tag, stopped
+# first so none forks away, then killed; then the groups, whatever is left of them.
+end(set(groups), [tag], grace_s=0.0)
 for pgid in groups:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
-def kill_tagged():
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open("/proc/" + pid + "/environ", "rb") as f:
-                tagged = tag in f.read().split(b"\0")
-            if tagged:
-                os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-kill_tagged()
-end, pause = time.monotonic() + (0.0 if clean else look_for_s), 0.01
-while time.monotonic() < end:
+until, pause = time.monotonic() + (0.0 if clean else look_for_s), 0.01
+while time.monotonic() < until:
     time.sleep(pause)
     pause = min(pause * 2, 0.2)
-    kill_tagged()
+    end(set(), [tag], grace_s=0.0)
 """
 
 
 class Reaper:
     def __init__(self, look_for_s: float = LOOK_FOR_S) -> None:
         self.tag = secrets.token_hex(8)  # in every job's environment (``TAG_VARIABLE``)
+        scan = Path(procscan.__file__).read_text()
         self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", WATCHDOG, self.tag, f"{look_for_s:g}"],
+            [sys.executable, "-S", "-c", WATCHDOG, self.tag, f"{look_for_s:g}", scan],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -115,6 +141,12 @@ class Reaper:
 
     def release(self, pgid: int) -> None:
         self._tell(b"-%d\n" % pgid)
+
+    def watch_cgroup(self, path: str) -> None:
+        self._tell(b"c%s\n" % path.encode())
+
+    def release_cgroup(self, path: str) -> None:
+        self._tell(b"u%s\n" % path.encode())
 
     def close(self) -> None:
         """The agent stops cleanly: the watchdog sees end-of-file and exits.

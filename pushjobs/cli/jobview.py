@@ -85,12 +85,21 @@ def node_table(job: Mapping[str, Any]) -> str:
                 name,
                 n["state"],
                 (n["reason"] or place.get(name, ""))
-                + ("; slot held until it is heard or its timeout" if name in held else ""),
+                + ("; slot held until it is heard or its timeout" if name in held else "")
+                + left_running_text(n),
             ),
         }
         for name, n in sorted(job["nodes"].items())
     ]
     return table(rows, ("node", "state", "exit", "reason"))
+
+
+def left_running_text(row: Mapping[str, Any]) -> str:
+    """What the node's agent could not kill of the job (a server before issue 27 sends none)."""
+    left = row.get("left_running") or ()
+    if not left:
+        return ""
+    return f"; {len(left)} process(es) of the job could not be killed: " + "; ".join(left)
 
 
 OUTPUT_KEPT = frozenset({"failed"})

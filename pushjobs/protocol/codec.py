@@ -6,7 +6,10 @@ wire type must match exactly (checked with ``type(v) is T``, the cheap path that
 heartbeats), and converters for the rest (optionals, floats, nested dataclasses, maps,
 tuples, literals). Decoding never trusts the body: a body that is not a JSON object, an
 unknown ``type``, a missing or extra key, or a value of the wrong type raises
-``MalformedMessage`` chained to the cause. Booleans are never accepted as integers.
+``MalformedMessage`` chained to the cause. Booleans are never accepted as integers. A
+field marked ``OPTIONAL`` (added after its message's first version) is the one exception:
+it is left off the wire while it holds its default and may be missing from a body (it is
+then its default), so peers of either version still understand each other.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class _Spec:
     ``explain``, which walks the same tables slowly to raise a precise error.
     """
 
-    __slots__ = ("build", "cls", "convert", "exact", "names")
+    __slots__ = ("build", "cls", "convert", "defaults", "exact", "names")
 
     def __init__(
         self,
@@ -49,6 +52,12 @@ class _Spec:
     ) -> None:
         self.cls = cls
         self.names = frozenset(f.name for f in dataclasses.fields(cls))
+        # Optional fields and their defaults (filled in before the exact key check).
+        self.defaults = {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if f.metadata.get("wire") == "optional"
+        }
         self.exact = exact
         self.convert = convert
         self.build: Callable[[dict[str, Any], str], Any] = self._generate()
@@ -62,11 +71,19 @@ class _Spec:
             "cls": self.cls,
             "NoneType": type(None),
         }
-        lines = [
-            "def build(obj, where):",
-            "    if obj.keys() != names:",
-            "        return explain(obj, where)",
-        ]
+        lines = ["def build(obj, where):", "    if obj.keys() != names:"]
+        if self.defaults:
+            # As the wire has them (a tuple is an array), for the converters to read.
+            env["defaults"] = {
+                k: list(v) if isinstance(v, tuple) else v for k, v in self.defaults.items()
+            }
+            lines += [
+                "        obj = {**defaults, **obj}",
+                "        if obj.keys() != names:",
+                "            return explain(obj, where)",
+            ]
+        else:
+            lines.append("        return explain(obj, where)")
         index = {name: i for i, name in enumerate(names)}
         for name, allowed in self.exact:
             i = index[name]
@@ -236,6 +253,11 @@ def _compile_spec(cls: type[Any]) -> _Spec:
 
 
 _SPECS: dict[str, _Spec] = {cls.TYPE: _compile_spec(cls) for cls in MESSAGE_TYPES}
+_OPTIONAL: dict[type[Any], tuple[tuple[str, Any], ...]] = {
+    cls: tuple(spec.defaults.items())
+    for cls in MESSAGE_TYPES
+    if (spec := _SPECS[cls.TYPE]).defaults
+}
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in MESSAGE_TYPES
 }
@@ -250,6 +272,9 @@ def encode(message: Message) -> bytes:
     obj = {"type": cls.TYPE}
     for name in names:
         obj[name] = getattr(message, name)
+    for name, default in _OPTIONAL.get(cls, ()):
+        if obj[name] == default:
+            del obj[name]  # an older peer knows no such key
     try:
         return orjson.dumps(obj)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
@@ -316,6 +341,10 @@ def encode_fields(
     if used != len(fields):
         extra = sorted(set(fields) - {name for name, _, _ in own})
         raise MalformedMessage(f"{cls.TYPE}: unexpected {', '.join(extra)}")
+    for name, default in _OPTIONAL.get(cls, ()):
+        value = obj[name]
+        if value == default or (type(default) is tuple and type(value) is list and not value):
+            del obj[name]  # as ``encode``: an older peer knows no such key
     try:
         return orjson.dumps(obj)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError

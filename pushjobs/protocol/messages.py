@@ -21,6 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+# A field added to a message after its first version: left off the wire while it holds its
+# default, and taken as its default when a peer's message lacks it, so an older peer and a
+# newer one still understand each other (the codec is otherwise exact about keys).
+OPTIONAL: dict[str, Any] = {"wire": "optional"}
+
 # Type aliases the codec understands: any JSON value, and a JSON object.
 Json = Any
 JsonObject = dict[str, Any]
@@ -114,6 +119,8 @@ class Succeeded(Message):
     exit_status: int
     duration_ms: int
     output: JobOutput | None = None
+    # Processes of the job the agent could not kill (described: pid, command, user, why).
+    left_running: tuple[str, ...] = field(default=(), metadata=OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +131,7 @@ class Failed(Message):
     reason: str
     duration_ms: int
     output: JobOutput | None = None
+    left_running: tuple[str, ...] = field(default=(), metadata=OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +141,7 @@ class Aborted(Message):
     reason: str
     duration_ms: int
     output: JobOutput | None = None
+    left_running: tuple[str, ...] = field(default=(), metadata=OPTIONAL)
 
 
 # --- server -> node (each names its target node: endpoints may be shared) ----------------

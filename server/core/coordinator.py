@@ -69,7 +69,16 @@ class OutputReceived:
     exit_status: int | None
 
 
-Change = Effect | JobCreated | OutputReceived
+@dataclass(frozen=True, slots=True)
+class NodeAmended:
+    """A node's row changed without a change of state: its agent reported processes of the
+    job it could not kill (``left_running``), maybe after the node had ended."""
+
+    job_id: str
+    node: str
+
+
+Change = Effect | JobCreated | OutputReceived | NodeAmended
 
 
 class Coordinator:
@@ -172,7 +181,12 @@ class Coordinator:
                     return []
         except StateError:
             self.late[message.TYPE] += 1
-            return []
+            # The node ended already (the server aborted it, or timed it out, and then its
+            # agent reported): what the agent could not kill still belongs in its row.
+            out = self._left_running(job, node, message)
+            self._after(job, out)
+            return out
+        out += self._left_running(job, node, message)
         output = getattr(message, "output", None)
         if isinstance(output, JobOutput):
             received = OutputReceived(
@@ -183,6 +197,12 @@ class Coordinator:
             out.append(received)
         self._after(job, out)
         return out
+
+    def _left_running(self, job: Job, node: str, message: Message) -> list[Change]:
+        left = getattr(message, "left_running", ())
+        if not left or not job.note_left_running(node, left):
+            return []
+        return [NodeAmended(job.job_id, node)]
 
     def node_lost(
         self, node: str, now_ms: int, reason: str, *, restarted: bool = False
@@ -419,6 +439,6 @@ def changed_jobs(changes: Iterable[Change]) -> list[str]:
     """Job ids touched by ``changes``, in first-touch order."""
     seen: dict[str, None] = {}
     for change in changes:
-        if isinstance(change, JobChanged | NodeChanged | JobCreated | OutputReceived):
+        if isinstance(change, JobChanged | NodeChanged | JobCreated | OutputReceived | NodeAmended):
             seen[change.job_id] = None
     return list(seen)

@@ -90,6 +90,7 @@ from server.core.transitions import JOB_TRANSITIONS, NODE_TRANSITIONS, JobEvent,
 __all__ = ["Job", "NodeRecord"]
 
 MAX_REASON_CHARS = 500
+MAX_LEFT_RUNNING = 10  # processes of a node's row the agent could not kill, at most
 
 
 @dataclass(slots=True)
@@ -162,6 +163,20 @@ class Job:
             requested_by=requested_by,
             created_ms=now_ms,
         )
+
+    def note_left_running(self, node: str, left: tuple[str, ...]) -> bool:
+        """Record the processes of the job ``node``'s agent could not kill, in whatever
+        state the node is (its row says so; its state stays); whether anything changed."""
+        record = self.nodes.get(node)
+        if record is None:
+            return False
+        # Bounded like a reason: a snapshot chunk stays under the log's value limit.
+        kept = tuple(p[:MAX_REASON_CHARS] for p in left[:MAX_LEFT_RUNNING])
+        if record.left_running == kept:
+            return False
+        record.left_running = kept
+        self._rows.pop(node, None)
+        return True
 
     # --- the two tables -----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from server.core.coordinator import Change, JobCreated, OutputReceived
+from server.core.coordinator import Change, JobCreated, NodeAmended, OutputReceived
 from server.core.effects import JobChanged, NodeChanged
 from server.core.job import Job
 
@@ -157,7 +157,7 @@ def touched_chunks(
             continue
         if isinstance(change, JobCreated):
             out[job.job_id] = None
-        elif isinstance(change, NodeChanged):
+        elif isinstance(change, NodeChanged | NodeAmended):
             dirty = out.setdefault(job.job_id, set())
             if dirty is not None:
                 dirty.add(job.chunk_of(change.node))

@@ -43,6 +43,7 @@ class NodeRecord:
     voted_ms: int | None = None  # commit ack/nack: dispatch-to-ack latency
     finished_ms: int | None = None
     turn_ms: int | None = None  # batch jobs: when the node was told to run
+    left_running: tuple[str, ...] = ()  # processes of the job its agent could not kill
 
 
 def node_json(r: NodeRecord) -> dict[str, Any]:
@@ -56,6 +57,8 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
     }
     if r.turn_ms is not None:  # only batch jobs: other rows stay as they were
         row["turn_ms"] = r.turn_ms
+    if r.left_running:  # only when an agent reported some: other rows stay as they were
+        row["left_running"] = list(r.left_running)
     return row
 
 
@@ -69,6 +72,7 @@ def node_from_json(n: Mapping[str, Any]) -> NodeRecord:
         voted_ms=n["voted_ms"],
         finished_ms=n["finished_ms"],
         turn_ms=n.get("turn_ms"),
+        left_running=tuple(str(x) for x in n.get("left_running", ())),
     )
 
 

@@ -151,3 +151,20 @@ def test_encode_fields_refuses_what_the_dataclass_would():
         encode_fields(m.JobOutput, {}, **envelope)  # type: ignore[arg-type]
     with pytest.raises(MalformedMessage, match="cannot encode"):
         encode_fields(m.AckCommit, {"job_id": object()}, **envelope)
+
+
+def test_an_optional_field_is_left_off_when_default_and_read_as_default_when_missing() -> None:
+    """Issue 27's ``left_running``: an older peer never sees the key unless it matters, and
+    a newer one reads an older peer's message."""
+    from pushjobs.protocol import codec
+    from pushjobs.protocol.messages import Failed
+
+    base = {"sender": "n", "incarnation": "i", "sequence": 1, "timestamp": 1}
+    plain = Failed(**base, job_id="j", exit_status=None, reason="r", duration_ms=3)
+    body = codec.encode(plain)
+    assert b"left_running" not in body
+    assert codec.decode(body) == plain
+    left = Failed(**base, job_id="j", exit_status=1, reason="r", duration_ms=3, left_running=("x",))
+    assert codec.decode(codec.encode(left)) == left
+    with pytest.raises(MalformedMessage, match="left_running"):
+        codec.decode(codec.encode(left).replace(b'["x"]', b'"x"'))

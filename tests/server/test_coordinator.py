@@ -209,3 +209,36 @@ def test_holding_lists_the_active_jobs_a_node_has_not_finished() -> None:
     assert sorted(coord.holding("n1")) == ["j1", "j2"]
     coord.node_lost("n1", T0 + 1, "gone")
     assert coord.holding("n1") == [] and coord.holding("n2") == ["j1"]
+
+
+def test_what_an_agent_could_not_kill_reaches_the_row_even_after_the_server_ended_it() -> None:
+    """Issue 27: the server marks a node aborted as it sends the abort; the agent's report,
+    later, still puts the processes it could not kill in the node's row (and its chunk)."""
+    from pushjobs.protocol.messages import Aborted
+    from server.core.coordinator import NodeAmended
+    from server.core.records import touched_chunks
+    from server.core.snapshot import node_from_json, node_json
+
+    coord = Coordinator()
+    submit(coord, targets=("n1",), online=("n1",))
+    coord.reply(AckCommit(**env(1), job_id="j1"), T0 + 1)
+    coord.reply(AckRun(**env(2), job_id="j1"), T0 + 2)
+    coord.jobs["j1"].abort(T0 + 3)
+    left = ("pid 7 (sleep, uid 0): permission denied",)
+    out = coord.reply(
+        Aborted(**env(3), job_id="j1", reason="abort requested", duration_ms=5, left_running=left),
+        T0 + 4,
+    )
+    assert out == [NodeAmended("j1", "n1")]
+    record = coord.jobs["j1"].nodes["n1"]
+    assert record.state.value == "aborted" and record.left_running == left
+    assert touched_chunks(out, coord.jobs) == {"j1": {0}}
+    assert node_from_json(node_json(record)).left_running == left
+    # The same report again changes nothing; a row without any keeps its old form.
+    assert (
+        coord.reply(
+            Aborted(**env(4), job_id="j1", reason="r", duration_ms=5, left_running=left), T0 + 5
+        )
+        == []
+    )
+    assert "left_running" not in node_json(coord.jobs["j1"].nodes["n1"].__class__())
