@@ -86,6 +86,11 @@ TEST_SETTINGS: dict[str, str] = {
     "log.cleaner.backoff.ms": "200",
     # The cleaner's 128 MiB default offset map would take half of a 256 MiB heap.
     "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+    # A node killed with SIGKILL is fenced by the controller after its broker session, and
+    # a restarted one may register again only then (9 s by default): 3 s keeps a restart
+    # and a partition leader's failover within a test's patience.
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
     # Short sessions, as the tests ask for (1-3 s), for both group protocols.
     "group.min.session.timeout.ms": "500",
     "group.consumer.min.session.timeout.ms": "500",
