@@ -73,7 +73,13 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 
-# What every test broker runs with besides its listeners and replication, and why.
+# What every node needs to run here, tuned or not: none of it changes what a client sees.
+RUN_SETTINGS: dict[str, str] = {
+    # The cleaner's 128 MiB default offset map would take half of a 256 MiB heap.
+    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+}
+
+# What a tuned test broker runs with besides its listeners and replication, and why.
 TEST_SETTINGS: dict[str, str] = {
     # An auto-created topic gets one partition, as every topic of the log has.
     "num.partitions": "1",
@@ -84,8 +90,6 @@ TEST_SETTINGS: dict[str, str] = {
     "log.initial.task.delay.ms": "0",
     "log.retention.check.interval.ms": "500",
     "log.cleaner.backoff.ms": "200",
-    # The cleaner's 128 MiB default offset map would take half of a 256 MiB heap.
-    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     # A node killed with SIGKILL is fenced by the controller after its broker session, and
     # a restarted one may register again only then (9 s by default): 3 s keeps a restart
     # and a partition leader's failover within a test's patience.
@@ -225,6 +229,7 @@ def replication_settings(nodes: int) -> dict[str, str]:
         "default.replication.factor": factor,
         "min.insync.replicas": in_sync,
         "offsets.topic.replication.factor": factor,
+        # One partition a node, not 50: the first group's coordinator loads in 1 s, not 5.
         "offsets.topic.num.partitions": str(nodes),
         "transaction.state.log.replication.factor": factor,
         "transaction.state.log.min.isr": in_sync,
@@ -281,12 +286,16 @@ class Node:
 class KafkaCluster:
     """One or three KRaft nodes on 127.0.0.1 under ``root`` (see the module docstring).
 
-    ``settings`` are extra broker settings for every node, over ``TEST_SETTINGS``.
+    ``settings`` are extra broker settings for every node. ``tuned`` (the default) puts
+    them over ``replication_settings`` and ``TEST_SETTINGS``; untuned, a node has only
+    what it needs to run here (its listeners, quorum and directory, ``RUN_SETTINGS``) and
+    Kafka's defaults for the rest, as a recipe that sets up brokers by hand expects.
     """
 
     root: Path
     nodes: int = 1
     settings: Mapping[str, str] = field(default_factory=dict)
+    tuned: bool = True
     jars: Path | None = None
     start_timeout_s: float = START_TIMEOUT_S
     members: list[Node] = field(default_factory=list, init=False)
@@ -363,8 +372,9 @@ class KafkaCluster:
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                 "log.dirs": str(node.directory / "data"),
-                **replication_settings(self.nodes),
-                **TEST_SETTINGS,
+                **RUN_SETTINGS,
+                **(replication_settings(self.nodes) if self.tuned else {}),
+                **(TEST_SETTINGS if self.tuned else {}),
                 **self.settings,
             }
             node.config_path.write_text(properties_text(settings))
