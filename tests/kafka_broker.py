@@ -8,6 +8,7 @@ test process if that is killed: ``kafkabroker``'s death signal).
 
     cluster = broker_or_skip()      # the shared KafkaCluster, started on first use
     reason = broker_unavailable()   # why none can run here, or None
+    table = server_log(cluster)     # a server's [log] there, under a topic prefix of its own
 
 Without Java or the jars, the tests that need a broker skip and say why, except where
 ``PUSHJOBS_REQUIRE_KAFKA`` is set (``.ci/run`` sets it): there they fail.
@@ -16,8 +17,10 @@ Without Java or the jars, the tests that need a broker skip and say why, except 
 from __future__ import annotations
 
 import atexit
+import itertools
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,19 @@ import pytest
 from pushjobs.errors import BrokerUnavailable
 from pushjobs.testbed import kafkabroker
 from pushjobs.testbed.kafkabroker import KafkaCluster
+
+_prefixes = itertools.count()
+
+
+def server_log(cluster: KafkaCluster, prefix: str | None = None) -> dict[str, object]:
+    """The ``[log]`` table of servers on ``cluster``: their topics and groups under a
+    ``topic_prefix`` no other test uses (the product's own way for installations to
+    share a cluster)."""
+    return {
+        "backend": "kafka",
+        "bootstrap_servers": cluster.bootstrap,
+        "topic_prefix": prefix or f"e{next(_prefixes)}-{uuid.uuid4().hex[:6]}.",
+    }
 
 
 class _Shared:
