@@ -9,6 +9,7 @@ test process if that is killed: ``kafkabroker``'s death signal).
     cluster = broker_or_skip()      # the shared KafkaCluster, started on first use
     reason = broker_unavailable()   # why none can run here, or None
     table = server_log(cluster)     # a server's [log] there, under a topic prefix of its own
+    mock_unless_broker()            # a mock copy of a test: skip where the broker runs it
 
 Without Java or the jars, the tests that need a broker skip and say why, except where
 ``PUSHJOBS_REQUIRE_KAFKA`` is set (``.ci/run`` sets it): there they fail.
@@ -89,6 +90,14 @@ def broker_or_skip() -> KafkaCluster:
     if reason is not None:
         skip_or_fail(reason)
     return shared_broker()
+
+
+def mock_unless_broker() -> None:
+    """Where the real broker can run, a test's copy on librdkafka's mock skips: its
+    ``kafka-broker`` copy runs instead (the mock stays for what only it can do, and for
+    machines without Java)."""
+    if broker_unavailable() is None:
+        pytest.skip("kafka: the real broker runs this here (its kafka-broker copy)")
 
 
 def stop_shared_broker() -> None:

@@ -43,7 +43,7 @@ from pushjobs.clock import FakeClock
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.sqlite.sqlite_log import SqliteLog
-from tests.kafka_broker import broker_or_skip, broker_unavailable, stop_shared_broker
+from tests.kafka_broker import broker_or_skip, mock_unless_broker, stop_shared_broker
 from tests.log.children import Child
 
 BACKENDS = [
@@ -214,8 +214,7 @@ def _harness(name: str, tmp_path: Path) -> Iterator[Harness]:
             harness.close()
         return
     if name == "kafka":
-        if broker_unavailable() is None:
-            pytest.skip("kafka: the real broker runs the contract here (kafka-broker)")
+        mock_unless_broker()
         support = _kafka_support()
         with support.fresh_cluster(KAFKA_SESSION_MS) as cluster:
             harness = KafkaHarness(support, cluster)
