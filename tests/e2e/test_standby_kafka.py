@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,7 @@ import pytest
 
 from pushjobs.errors import PushJobsError
 from pushjobs.testbed.sandbox import Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import WHITELIST
 from tests.e2e.standby import SECOND, api_of, kafka_log, start_second_server
 from tests.e2e.test_standby import Pair
@@ -42,12 +44,14 @@ TAKEOVER_S = 30.0  # generous: other workers share the machine
 
 @dataclass
 class Kafka:
-    """The servers' cluster: their ``[log]`` table, the leader group's session, and the
-    mock cluster when it is one (None on the real broker)."""
+    """The servers' cluster: their ``[log]`` table, the leader group's session, the mock
+    cluster when it is one (None on the real broker), and how many offline windows the
+    agents wait before leaving a silent server (None: their default, 3)."""
 
     log: dict[str, object]
     session_s: float
     mock: MockCluster | None = None
+    silence_factor: int | None = None
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +81,11 @@ def mock(host: MockClusterHost) -> Iterator[Kafka]:
 def kafka(request: pytest.FixtureRequest) -> Kafka:
     """The real broker; the mock where none can run."""
     if request.param == "kafka-broker":
-        return Kafka(server_log(broker_or_skip()), BROKER_SESSION_S)
+        # As with the defaults (a 5 s session, nodes silent for 9 s before they move),
+        # the takeover (1.5 s + a renewal) must come before the nodes give up on the dead
+        # leader (3 windows: 1.8 s): one that asks the standby first is sent back to the
+        # dead leader, tries it twice, and may miss the grace its restored job gives it.
+        return Kafka(server_log(broker_or_skip()), BROKER_SESSION_S, silence_factor=5)
     mock_unless_broker()
     found: Kafka = request.getfixturevalue("mock")
     return found
@@ -95,7 +103,11 @@ def kafka_pair(tmp_path: Path, kafka: Kafka) -> Iterator[tuple[Pair, MockCluster
         assert "leader=no" in standby.ready_line, standby.ready_line
         both = [api_of(standby), sandbox.api]
         for name in sandbox.nodes:
-            sandbox.write_agent_config(name, servers=both)
+            path = sandbox.write_agent_config(name, servers=both)
+            if kafka.silence_factor is not None:
+                config = tomllib.loads(path.read_text())
+                config["discovery"]["silence_factor"] = kafka.silence_factor
+                path.write_text(toml_text(config))
         sandbox.start_agents()
         pair = Pair(sandbox, api_of(standby))
         try:
