@@ -40,6 +40,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   └── NotFound
     ├── MissingExtra                an optional dependency is not installed
     └── SandboxError                a test bed's process did not start or misbehaved
+        └── BrokerUnavailable       no Kafka broker can run here: no Java, Maven or jars
 """
 
 from __future__ import annotations
@@ -212,3 +213,8 @@ class MissingExtra(PushJobsError):
 
 class SandboxError(PushJobsError):
     """A test bed's process (``pushjobs/testbed``) did not start or misbehaved."""
+
+
+class BrokerUnavailable(SandboxError):
+    """No Kafka broker can run for the test bed here (``pushjobs/testbed/kafkabroker.py``):
+    no Java, no Maven, or no jars; the message says what is missing."""

@@ -73,6 +73,26 @@ def blocks(page: Path, heading: str | None = None) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2)) for m in BLOCK.finditer(part)]
 
 
+def blocks_before(page: Path, heading: str) -> list[tuple[str, str]]:
+    """The code blocks of ``page`` above ``heading`` (the sections before it)."""
+    text = page.read_text()
+    part = text[: text.index(heading)]
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(part)]
+
+
+def properties(page: Path, heading: str) -> dict[str, str]:
+    """The ``key=value`` lines of the section's ```properties block (a broker's config)."""
+    text = section(page.read_text(), heading)
+    found = re.search(r"^```properties\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert found, f"{page.name}: no properties block under {heading!r}"
+    pairs = (
+        line.split("=", 1)
+        for line in found.group(1).splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def commands(body: str) -> list[str]:
     """A sh block's commands: continuations joined, blank and comment lines dropped."""
     joined = re.sub(r"\\\n\s*", "", body)
@@ -281,12 +301,15 @@ FLEET_WAITS: dict[str, Wait] = {
 }
 
 
-def set_up_fleet(walk: Walkthrough) -> None:
+def set_up_fleet(walk: Walkthrough, after_files: Callable[[], None] | None = None) -> None:
     """docs/fleet.md's "Running a real fleet" up to its node accepted and online: one
     server, the node ``web-01``, the operator ``alice``; the pages that build on it start
-    here."""
+    here. ``after_files`` runs after each file block (a page's own lines that go in every
+    config before the first start: the log on Kafka)."""
     for kind, body in blocks(FLEET_PAGE, FLEET):
         if kind == "sh" and commands(body)[0].startswith("pushjobs node list"):
             break  # "Then:": the jobs
         walk.block(kind, body)
+        if kind != "sh" and after_files is not None:
+            after_files()
     wait_until(partial(online, walk), 30.0, 0.2)

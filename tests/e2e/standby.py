@@ -7,7 +7,8 @@ once it has bound, the ports it got are pinned in its file, so a restart comes b
 Its process is one of the sandbox's (``procs["server-b"]``): ``Sandbox.stop`` ends it by
 PID with the rest.
 
-On Kafka (``kafka_log``), the log is a librdkafka mock cluster hosted by a process of its
+On a real Kafka broker, the servers' ``[log]`` is ``tests.kafka_broker.server_log``. On
+the mock (``kafka_log``), the log is a librdkafka mock cluster hosted by a process of its
 own (``tests/log/mock_cluster.py``), started and stopped by PID by the test: it must
 outlive either server, as a real cluster would, and the test takes its brokers down and
 up through it. Its topics are created single-partition before any server starts (the

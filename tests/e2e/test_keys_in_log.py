@@ -5,8 +5,8 @@ second has a registry path of its own where no file ever exists. A node's key ac
 through the API (asked of the standby first: it sends the CLI to the leader) lets the
 node in on the leader, and, after the leader is killed, on the server that takes over,
 whose ZAP check and enrolment read the keys from the log alone. On SQLite (one host, one
-log file) and on Kafka (librdkafka's mock cluster in a process of its own, as servers on
-different hosts would share a cluster).
+log file) and on Kafka: a real broker (the session's, under a topic prefix of the test's
+own), or librdkafka's mock cluster in a process of its own where no broker can run.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pushjobs.testbed.sandbox import ANY_PORT, Sandbox
 from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e import standby as two
 from tests.e2e.conftest import WHITELIST
+from tests.kafka_broker import broker_or_skip, mock_unless_broker, server_log
 from tests.log import kafka_support
 from tests.support import wait_until
 
@@ -69,10 +70,15 @@ class Pair:
 
 @contextlib.contextmanager
 def log_table(backend: str) -> Iterator[dict[str, object]]:
-    """The servers' ``[log]``: the sandbox's SQLite file, or a fresh mock Kafka cluster."""
+    """The servers' ``[log]``: the sandbox's SQLite file, the session's Kafka broker, or a
+    fresh mock Kafka cluster."""
     if backend == "sqlite":
         yield {}
         return
+    if backend == "kafka-broker":
+        yield server_log(broker_or_skip())
+        return
+    mock_unless_broker()
     reason = kafka_support.available()
     if reason:
         pytest.skip(reason)
@@ -87,7 +93,13 @@ def log_table(backend: str) -> Iterator[dict[str, object]]:
         host.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("kafka-broker", marks=pytest.mark.kafka),
+    ]
+)
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
     with log_table(request.param) as log:
         extra: dict[str, dict[str, object]] = {"server": LOG_KEYS}

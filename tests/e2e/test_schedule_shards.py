@@ -31,6 +31,7 @@ from server.core.schedshards import DEFAULT_PARTITIONS, count_topic, partition_t
 from server.core.schedule import fire_job_id
 from tests.e2e.conftest import TERMINAL, WHITELIST
 from tests.e2e.standby import api_of, kafka_log, start_second_server
+from tests.kafka_broker import broker_or_skip, mock_unless_broker, server_log
 from tests.log.kafka_support import HostError, MockClusterHost, available
 from tests.support import wait_until
 
@@ -100,7 +101,9 @@ def make_sandbox(tmp_path: Path, log: dict[str, object] | None = None) -> Sandbo
 
 @pytest.fixture
 def host() -> Iterator[MockClusterHost]:
-    """A mock Kafka cluster host process, stopped by PID at the end."""
+    """A mock Kafka cluster host process, stopped by PID at the end (where no real broker
+    runs the test instead)."""
+    mock_unless_broker()
     host = MockClusterHost(session_timeout_ms=SESSION_MS)
     try:
         yield host
@@ -184,6 +187,18 @@ def test_every_due_time_fires_once_as_partitions_move_between_servers(tmp_path: 
         sandbox.stop()
 
 
+@pytest.mark.kafka
+def test_the_same_on_a_kafka_broker(tmp_path: Path) -> None:
+    """On a real broker (the session's, under a topic prefix of its own): the schedule
+    partitions' group is Kafka's classic group protocol, with its own session bounds."""
+    sandbox = make_sandbox(tmp_path, server_log(broker_or_skip()))
+    try:
+        scenario(sandbox)
+    finally:
+        sandbox.stop()
+
+
+@pytest.mark.kafka
 @pytest.mark.skipif(available() is not None, reason=str(available()))
 def test_the_same_on_kafka(tmp_path: Path, host: MockClusterHost) -> None:
     cluster = host.new_cluster(SESSION_MS)

@@ -1,9 +1,12 @@
-"""Two servers on one Kafka cluster (librdkafka's mock, in a process of its own), real
-agents: a failover finishes the job, two servers never act as leader at once, and an
-outage of every broker is waited out.
+"""Two servers on one Kafka cluster, real agents: a failover finishes the job, two servers
+never act as leader at once, and an outage of every broker is waited out.
 
-The mock's group session is 3 s (the broker decides it on the consumer protocol); the
-servers renew their lease every 0.5 s (``leader_session_s`` 1.5 s in the sandbox).
+The cluster is a real broker (the session's, under a topic prefix of the test's own), or
+librdkafka's mock in a process of its own where no broker can run; the outage runs on
+the mock only (it takes its brokers off the network at once). The servers renew their
+lease every 0.5 s (``leader_session_s`` 1.5 s in the sandbox). On the consumer protocol
+the broker decides the leader group's session: the real one takes the servers' 1.5 s
+(they set it as a group config), the mock keeps its own 3 s.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import signal
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,25 +27,39 @@ import pytest
 
 from pushjobs.errors import PushJobsError
 from pushjobs.testbed.sandbox import Sandbox
+from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import WHITELIST
 from tests.e2e.standby import SECOND, api_of, kafka_log, start_second_server
 from tests.e2e.test_standby import Pair
+from tests.kafka_broker import broker_or_skip, mock_unless_broker, server_log
 from tests.log.kafka_support import MockCluster, MockClusterHost, available
 from tests.support import wait_until
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.kafka,
-    pytest.mark.skipif(available() is not None, reason=str(available())),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
-SESSION_MS = 3000
+SESSION_MS = 3000  # the mock's group session
+BROKER_SESSION_S = 1.5  # the real broker's: the sandbox's leader_session_s
 TAKEOVER_S = 30.0  # generous: other workers share the machine
+
+
+@dataclass
+class Kafka:
+    """The servers' cluster: their ``[log]`` table, the leader group's session, the mock
+    cluster when it is one (None on the real broker), and how many offline windows the
+    agents wait before leaving a silent server (None: their default, 3)."""
+
+    log: dict[str, object]
+    session_s: float
+    mock: MockCluster | None = None
+    silence_factor: int | None = None
 
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[MockClusterHost]:
     """The module's mock cluster host process, stopped by PID at the end."""
+    reason = available()
+    if reason is not None:
+        pytest.skip(reason)
     host = MockClusterHost(session_timeout_ms=SESSION_MS)
     try:
         yield host
@@ -49,14 +67,35 @@ def host() -> Iterator[MockClusterHost]:
         host.close()
 
 
-@contextlib.contextmanager
-def kafka_pair(tmp_path: Path, host: MockClusterHost) -> Iterator[tuple[Pair, MockCluster]]:
-    """A fresh cluster; the sandbox's server leads on it, ``server-b`` stands by; three
-    agents list both, the standby first."""
+@pytest.fixture
+def mock(host: MockClusterHost) -> Iterator[Kafka]:
+    """A fresh mock cluster on the module's host."""
     cluster = host.new_cluster(SESSION_MS)
-    sandbox = Sandbox(
-        tmp_path / "fleet", whitelist=WHITELIST, server_extra={"log": kafka_log(cluster)}
-    )
+    try:
+        yield Kafka(kafka_log(cluster), SESSION_MS / 1000, cluster)
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(params=["kafka", "kafka-broker"])
+def kafka(request: pytest.FixtureRequest) -> Kafka:
+    """The real broker; the mock where none can run."""
+    if request.param == "kafka-broker":
+        # As with the defaults (a 5 s session, nodes silent for 9 s before they move),
+        # the takeover (1.5 s + a renewal) must come before the nodes give up on the dead
+        # leader (3 windows: 1.8 s): one that asks the standby first is sent back to the
+        # dead leader, tries it twice, and may miss the grace its restored job gives it.
+        return Kafka(server_log(broker_or_skip()), BROKER_SESSION_S, silence_factor=5)
+    mock_unless_broker()
+    found: Kafka = request.getfixturevalue("mock")
+    return found
+
+
+@contextlib.contextmanager
+def kafka_pair(tmp_path: Path, kafka: Kafka) -> Iterator[tuple[Pair, MockCluster | None]]:
+    """The sandbox's server leads on ``kafka``, ``server-b`` stands by; three agents list
+    both, the standby first."""
+    sandbox = Sandbox(tmp_path / "fleet", whitelist=WHITELIST, server_extra={"log": kafka.log})
     sandbox.prepare()
     try:
         sandbox.start_server()
@@ -64,17 +103,20 @@ def kafka_pair(tmp_path: Path, host: MockClusterHost) -> Iterator[tuple[Pair, Mo
         assert "leader=no" in standby.ready_line, standby.ready_line
         both = [api_of(standby), sandbox.api]
         for name in sandbox.nodes:
-            sandbox.write_agent_config(name, servers=both)
+            path = sandbox.write_agent_config(name, servers=both)
+            if kafka.silence_factor is not None:
+                config = tomllib.loads(path.read_text())
+                config["discovery"]["silence_factor"] = kafka.silence_factor
+                path.write_text(toml_text(config))
         sandbox.start_agents()
         pair = Pair(sandbox, api_of(standby))
         try:
             pair.wait_online()
-            yield pair, cluster
+            yield pair, kafka.mock
         finally:
             pair.reconnect()
     finally:
         sandbox.stop()
-        cluster.close()
 
 
 def info_of(pair: Pair, api: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
@@ -88,9 +130,9 @@ def info_of(pair: Pair, api: str, timeout_s: float = 2.0) -> dict[str, Any] | No
 
 
 def test_leader_killed_mid_job_on_kafka_the_standby_finishes_it_once_per_node(
-    tmp_path: Path, host: MockClusterHost
+    tmp_path: Path, kafka: Kafka
 ) -> None:
-    with kafka_pair(tmp_path, host) as (pair, _):
+    with kafka_pair(tmp_path, kafka) as (pair, _):
         job = pair.start("count-slowly")
         for name in pair.sandbox.nodes:
             pair.wait_node_state(job["job_id"], name, "running")
@@ -152,7 +194,7 @@ def lines_with(text: str, marker: str) -> list[str]:
 
 @pytest.mark.parametrize("beyond_s", [0.1, 0.5])
 def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
-    tmp_path: Path, host: MockClusterHost, beyond_s: float
+    tmp_path: Path, kafka: Kafka, beyond_s: float
 ) -> None:
     """SIGSTOP the leader just past the broker's session: it wakes around the moment its
     successor claims the lease. Its answers (``server.info`` sampled on both servers) and
@@ -163,7 +205,7 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
     session may end before the broker expires the member: then the old leader, having
     confirmed its lease with the coordinator, rightly keeps it. Neither case may ever show
     two leaders at once."""
-    with kafka_pair(tmp_path, host) as (pair, _):
+    with kafka_pair(tmp_path, kafka) as (pair, _):
         apis = {pair.sandbox.api: "server", pair.standby_api: SECOND}
         samplers = {api: Sampler(pair, api) for api in apis}
         try:
@@ -177,7 +219,7 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
             stopped_at = time.time()
             try:
                 # Past the broker's session, by more than the lease's renewal period.
-                time.sleep(SESSION_MS / 1000 + beyond_s)  # the pause under test (noqa: not a wait)
+                time.sleep(kafka.session_s + beyond_s)  # the pause under test (noqa: not a wait)
             finally:
                 os.kill(old.pid, signal.SIGCONT)
             wait_until(lambda: pair.leader_api() is not None, timeout_s=TAKEOVER_S)
@@ -218,9 +260,12 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
 
 
 def test_every_broker_down_for_20_s_the_leader_waits_says_so_and_recovers(
-    tmp_path: Path, host: MockClusterHost
+    tmp_path: Path, mock: Kafka
 ) -> None:
-    with kafka_pair(tmp_path, host) as (pair, cluster):
+    """On the mock only: it takes every broker off the network at once (the real
+    cluster's outage is the later broker-fault tests' part)."""
+    with kafka_pair(tmp_path, mock) as (pair, cluster):
+        assert cluster is not None
         leader = pair.sandbox.procs["server"]
         cluster.set_down()
         down_at = time.monotonic()

@@ -1,4 +1,5 @@
-"""The key registry in the ordered log: a real SQLite log, and Kafka's mock cluster."""
+"""The key registry in the ordered log: a real SQLite log, a real Kafka broker, and
+librdkafka's mock cluster where no broker can run."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pushjobs.errors import KeyFileError
 from pushjobs.log import topics
 from pushjobs.log.base import OrderedLog, Record
 from pushjobs.log.sqlite.sqlite_log import SqliteLog
+from tests.kafka_broker import broker_or_skip, mock_unless_broker
 
 NOW = 1_700_000_000_000
 TOPIC = topics.names().keys
@@ -50,6 +52,7 @@ class Logs:
 
 @contextlib.contextmanager
 def _kafka() -> Iterator[Logs]:
+    mock_unless_broker()
     support = importlib.import_module("tests.log.kafka_support")
     reason = support.available()
     if reason:
@@ -63,8 +66,23 @@ def _kafka() -> Iterator[Logs]:
             logs.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("kafka-broker", marks=pytest.mark.kafka),
+    ]
+)
 def logs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Logs]:
+    if request.param == "kafka-broker":
+        from tests.log.broker_support import BrokerLogs
+
+        broker_logs = Logs(BrokerLogs(broker_or_skip()).open_log)
+        try:
+            yield broker_logs
+        finally:
+            broker_logs.close()
+        return
     if request.param == "kafka":
         with _kafka() as kafka_logs:
             yield kafka_logs

@@ -1,6 +1,6 @@
 """Backends for the conformance suite: one ``Harness`` per backend, a factory of handles.
 
-The contract, for every backend (``memory``, ``sqlite``, ``kafka``):
+The contract, for every backend (``memory``, ``sqlite``, ``kafka``, ``kafka-broker``):
 
     harness = log_backend                 # parametrized fixture, one per backend
     log = log_factory()                   # a NEW handle on the SAME log, closed at teardown
@@ -18,6 +18,13 @@ this file uses ``available()``, ``fresh_cluster(session_timeout_ms)``, the clust
 ``open_log(clock=...)`` and ``spec()``, ``open_log_from_spec(spec)`` (in children),
 ``UNSUPPORTED`` (feature -> reason) and ``stop_shared_host()``. If that module is missing
 or cannot run here, the kafka params skip with the reason; nothing fails.
+
+``kafka-broker`` is a real Apache Kafka (``tests/kafka_broker.py``: one broker for the
+session, each test in a namespace of its own, ``tests/log/broker_support.py``). Without
+Java or the jars it skips with the reason, except under ``PUSHJOBS_REQUIRE_KAFKA`` (CI),
+where it fails. Where it can run, it carries the contract on Kafka and the mock's
+``kafka`` param skips (the mock stays for the Kafka-only tests: fault injection, the
+client's own behaviour); where it cannot, the mock runs the contract instead.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,12 +43,28 @@ from pushjobs.clock import FakeClock
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.sqlite.sqlite_log import SqliteLog
+from tests.kafka_broker import broker_or_skip, mock_unless_broker, stop_shared_broker
 from tests.log.children import Child
 
-BACKENDS = ["memory", "sqlite", pytest.param("kafka", marks=pytest.mark.kafka)]
+BACKENDS = [
+    "memory",
+    "sqlite",
+    pytest.param("kafka", marks=pytest.mark.kafka),
+    pytest.param("kafka-broker", marks=pytest.mark.kafka),
+]
 # The mock's session timeout for these tests: short, so takeovers stay quick (the mock
 # heartbeats every sixth of it; 3 s made the Kafka tests of tests/log 18 s slower in all).
 KAFKA_SESSION_MS = 2000
+# A real broker's group sessions for these tests (the broker lets groups go this low:
+# pushjobs.testbed.kafkabroker.TEST_SETTINGS).
+BROKER_SESSION_S = 2.0
+# What the conformance tests cannot show on a real broker, and why (and where it is shown).
+BROKER_UNSUPPORTED = {
+    "compaction": "compact() only reports on Kafka: the broker's log cleaner compacts in its "
+    "own time, never the active segment (tests/log/test_kafka_broker.py shows it does)",
+    "retention": "compact() only reports on Kafka: the broker applies retention in its own "
+    "time, on its clock (tests/log/test_kafka_broker.py shows it does)",
+}
 # What the memory backend cannot do, and why.
 MEMORY_UNSUPPORTED = {
     "processes": "the memory backend lives inside one process: no child can open it",
@@ -136,6 +160,33 @@ class KafkaHarness(Harness):
         """The broker keeps lease time: callers wait up to ``takeover_s`` instead."""
 
 
+class BrokerHarness(Harness):
+    """A namespace of its own on the session's real broker (``tests/log/broker_support.py``)."""
+
+    name = "kafka-broker"
+    session_s = BROKER_SESSION_S
+    # The group coordinator hands a dead owner's partition over after its session timeout.
+    takeover_s = 3 * BROKER_SESSION_S + 10
+    unsupported = BROKER_UNSUPPORTED
+
+    def __init__(self, logs: Any) -> None:
+        super().__init__()
+        # The broker checks record timestamps against its own clock (at most an hour
+        # ahead by default) and applies retention by them: start the fake clock at now.
+        self.clock = FakeClock(wall_ms=time.time_ns() // 1_000_000)
+        self.logs = logs
+
+    def _open(self, **kwargs: Any) -> OrderedLog:
+        kwargs.setdefault("clock", self.clock)
+        return self.logs.open_log(**kwargs)  # type: ignore[no-any-return]
+
+    def spec(self) -> dict[str, str]:
+        return dict(self.logs.spec())
+
+    def expire(self, seconds: float) -> None:
+        """The broker keeps lease time: callers wait up to ``takeover_s`` instead."""
+
+
 def _kafka_support() -> Any:
     """tests.log.kafka_support, or pytest.skip with the reason it cannot be used."""
     try:
@@ -153,7 +204,17 @@ def _kafka_support() -> Any:
 @contextlib.contextmanager
 def _harness(name: str, tmp_path: Path) -> Iterator[Harness]:
     harness: Harness
+    if name == "kafka-broker":
+        from tests.log.broker_support import BrokerLogs
+
+        harness = BrokerHarness(BrokerLogs(broker_or_skip()))
+        try:
+            yield harness
+        finally:
+            harness.close()
+        return
     if name == "kafka":
+        mock_unless_broker()
         support = _kafka_support()
         with support.fresh_cluster(KAFKA_SESSION_MS) as cluster:
             harness = KafkaHarness(support, cluster)
@@ -176,6 +237,7 @@ def _stop_kafka_host() -> Iterator[None]:
     support = sys.modules.get("tests.log.kafka_support")
     if support is not None and hasattr(support, "stop_shared_host"):
         support.stop_shared_host()
+    stop_shared_broker()
 
 
 @pytest.fixture(scope="session")

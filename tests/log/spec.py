@@ -13,6 +13,10 @@ def open_from_spec(spec: Mapping[str, str]) -> OrderedLog:
         from pushjobs.log.sqlite.sqlite_log import SqliteLog
 
         return SqliteLog(spec["path"])
+    if backend == "kafka" and "namespace" in spec:  # a real broker: tests/log/broker_support.py
+        from tests.log import broker_support
+
+        return broker_support.open_log_from_spec(spec)
     if backend == "kafka":
         from tests.log import kafka_support
 

@@ -1,7 +1,8 @@
 """Topic and group administration for the Kafka log, with fallbacks for clusters that refuse.
 
 ``create`` asks the cluster for a single-partition topic with the policy's
-``cleanup.policy``, ``retention.ms`` and ``retention.bytes``, bounded by the admin timeout.
+``cleanup.policy``, ``retention.ms`` and ``retention.bytes`` (and a ``max.message.bytes``
+that admits the log's largest record), bounded by the admin timeout.
 A cluster that answers "unsupported" or not at all (librdkafka's mock cluster) still gets
 the topic, from the caller's fallback hook or by auto-creation, and a warning says the
 policy is not enforced there. A real refusal (bad config, no permission) is raised.
@@ -40,6 +41,7 @@ class TopicAdmin:
         reader: Reader,
         *,
         replication_factor: int,
+        max_message_bytes: int,
         create_fallback: Callable[[str], None] | None,
     ) -> None:
         self._ck = ck
@@ -48,12 +50,18 @@ class TopicAdmin:
         self._timeouts = timeouts
         self._reader = reader
         self._replication_factor = replication_factor
+        self._max_message_bytes = max_message_bytes
         self._create_fallback = create_fallback
         self._client: Any = None
 
     def create(self, topic: str, policy: TopicPolicy) -> None:
-        """Make sure the topic exists, with the policy if the cluster lets us set it."""
-        configs = topic_config(policy)
+        """Make sure the topic exists, with the policy if the cluster lets us set it.
+
+        Its ``max.message.bytes`` admits the largest record the log accepts: a broker's
+        default (1 MiB and 12 bytes, for a whole batch) refused a value of exactly
+        ``max_value_bytes`` (1 MiB) that the log had accepted.
+        """
+        configs = {**topic_config(policy), "max.message.bytes": str(self._max_message_bytes)}
         new_topic = self._admin_mod.NewTopic(
             topic,
             num_partitions=1,
@@ -67,10 +75,12 @@ class TopicAdmin:
             )
             futures[topic].result(timeout=timeout_s + 1)
             log.info("created topic %s with %s", topic, configs)
+            self._reader.await_created(topic, timeout_s)
             return
         except self._ck.KafkaException as exc:
             name = error_name(exc.args[0] if exc.args else None)
-            if name == "TOPIC_ALREADY_EXISTS":
+            if name == "TOPIC_ALREADY_EXISTS":  # maybe only just, by another process
+                self._reader.await_created(topic, timeout_s)
                 return
             if name not in _UNSUPPORTED:
                 raise translate_exception(exc, f"creating topic {topic}") from exc
@@ -96,18 +106,23 @@ class TopicAdmin:
         """Best effort: KIP-848 groups take their session timeout from the broker.
 
         Kafka 4 lets a group override the broker default; clusters without group configs
-        (Kafka 3, librdkafka's mock) keep their own value, which is logged.
+        (Kafka 3, librdkafka's mock) keep their own value, which is logged. The group's
+        heartbeat interval is set with it (``group_heartbeat_ms``): Kafka refuses a
+        session that is not longer than the interval, 5 s by default, and a member learns
+        of a new assignment only at its next heartbeat.
         """
         mod = self._admin_mod
+        session_ms = round(session_timeout_s * 1000)
+        settings = {
+            "consumer.session.timeout.ms": session_ms,
+            "consumer.heartbeat.interval.ms": group_heartbeat_ms(session_ms),
+        }
         resource = mod.ConfigResource(
             mod.ResourceType.GROUP,
             group,
             incremental_configs=[
-                mod.ConfigEntry(
-                    "consumer.session.timeout.ms",
-                    str(round(session_timeout_s * 1000)),
-                    incremental_operation=mod.AlterConfigOpType.SET,
-                )
+                mod.ConfigEntry(name, str(value), incremental_operation=mod.AlterConfigOpType.SET)
+                for name, value in settings.items()
             ],
         )
         try:
@@ -119,7 +134,8 @@ class TopicAdmin:
         except (self._ck.KafkaException, concurrent.futures.TimeoutError) as exc:
             log.info(
                 "group %s: session timeout %.1f s not set at the broker (%s); the broker's "
-                "group.consumer.session.timeout.ms applies",
+                "group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms "
+                "apply",
                 group,
                 session_timeout_s,
                 exc,
@@ -140,6 +156,12 @@ class TopicAdmin:
             raise translate_exception(exc, f"auto-creating topic {topic}") from exc
         finally:
             creator.flush(0)
+
+
+def group_heartbeat_ms(session_ms: int) -> int:
+    """The heartbeat interval of a KIP-848 group with that session: a fifth of it, so a
+    member misses four before it expires, and learns of a takeover within a fifth."""
+    return max(1, session_ms // 5)
 
 
 def topic_config(policy: TopicPolicy) -> dict[str, str]:

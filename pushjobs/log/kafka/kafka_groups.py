@@ -172,7 +172,7 @@ class KafkaShare(RebalanceEvents):
         return share_fence_group(self.group, topic)
 
     def _serve(self) -> None:
-        serve_group(self._ck, self.consumer, self.group, self._member_id)
+        serve_group(self._ck, self.consumer, self.group, self._member_id, self._session_s)
 
     def _take(self, partitions: list[Any]) -> None:
         self._held.update(self._topics_of(partitions))

@@ -78,6 +78,27 @@ class Reader:
             # A topic just created may have no leader yet; metadata catches up shortly.
             time.sleep(0.05)
 
+    def await_created(self, topic: str, timeout_s: float) -> None:
+        """Wait until the metadata shows a topic the cluster just said it created, with a
+        leader for partition 0; raise ``BackendUnavailable`` if it does not in time.
+
+        A real cluster acknowledges CreateTopics once its controller has the topic; the
+        brokers learn of it a moment later, and until then they answer "unknown topic".
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self._metadata(topic)
+            if found is not None and found.error is None:
+                part = found.partitions.get(PARTITION)
+                if part is not None and part.leader >= 0:
+                    self._known.add(topic)
+                    return
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"topic {topic} was created but no broker serves it after {timeout_s:g} s"
+                )
+            time.sleep(0.02)  # metadata propagates from the controller within milliseconds
+
     def exists(self, topic: str) -> bool:
         try:
             self.require_topic(topic)
@@ -96,25 +117,33 @@ class Reader:
             return self._watermarks(topic, what)
 
     def _watermarks(self, topic: str, what: str) -> tuple[int, int]:
-        try:
-            marks = self._consumer.get_watermark_offsets(
-                self._ck.TopicPartition(topic, PARTITION),
-                timeout=self._timeouts.request_s,
-                cached=False,
-            )
-        except self._ck.KafkaException as exc:
-            err = translate_exception(exc, what)
-            if isinstance(err, UnknownTopic):
-                # librdkafka says "unknown partition" when it merely knows no leader for
-                # it, e.g. with the brokers down: ask the cluster whether the topic still
-                # exists, which raises the right error.
-                self._known.discard(topic)
-                self.require_topic(topic)
-                err = BackendUnavailable(f"{what}: no partition leader known ({exc})")
-            raise err from exc
-        if marks is None:
-            raise BackendUnavailable(f"{what}: no answer within {self._timeouts.request_s} s")
-        return int(marks[0]), int(marks[1])
+        deadline = time.monotonic() + self._timeouts.request_s
+        while True:
+            try:
+                marks = self._consumer.get_watermark_offsets(
+                    self._ck.TopicPartition(topic, PARTITION),
+                    timeout=max(0.001, deadline - time.monotonic()),
+                    cached=False,
+                )
+            except self._ck.KafkaException as exc:
+                if _moving_leader(exc) and time.monotonic() < deadline:
+                    # librdkafka does not retry a ListOffsets that met a partition whose
+                    # leadership is moving (a topic just created, a broker gone): the
+                    # next metadata names the leader, so ask again shortly.
+                    time.sleep(0.05)
+                    continue
+                err = translate_exception(exc, what)
+                if isinstance(err, UnknownTopic):
+                    # librdkafka says "unknown partition" when it merely knows no leader
+                    # for it, e.g. with the brokers down: ask the cluster whether the topic
+                    # still exists, which raises the right error.
+                    self._known.discard(topic)
+                    self.require_topic(topic)
+                    err = BackendUnavailable(f"{what}: no partition leader known ({exc})")
+                raise err from exc
+            if marks is None:
+                raise BackendUnavailable(f"{what}: no answer within {self._timeouts.request_s} s")
+            return int(marks[0]), int(marks[1])
 
     def fetch(self, topic: str, start: int, high: int, limit: int) -> list[Record]:
         """Up to ``limit`` records from offset ``start`` (kept) to ``high`` (exclusive)."""
@@ -266,6 +295,26 @@ class Writer:
         left = self._producer.flush(self._timeouts.delivery_s)
         if left:
             log.warning("closing the Kafka producer with %d undelivered records", left)
+
+
+# Answers of a partition whose leadership is moving: retried, not the cluster's absence.
+_MOVING_LEADER = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "_LEADER_NOT_AVAILABLE",
+        "UNKNOWN_LEADER_EPOCH",
+        "FENCED_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+        "REPLICA_NOT_AVAILABLE",
+    }
+)
+
+
+def _moving_leader(exc: BaseException) -> bool:
+    err = exc.args[0] if exc.args and hasattr(exc.args[0], "name") else None
+    return err is not None and error_name(err) in _MOVING_LEADER
 
 
 def to_record(msg: Any) -> Record:

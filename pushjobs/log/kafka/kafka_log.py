@@ -144,6 +144,7 @@ class KafkaLog(AppendByBatch):
             self.timeouts,
             self._reader,
             replication_factor=replication_factor,
+            max_message_bytes=max_value_bytes + FRAMING_BYTES,
             create_fallback=create_fallback,
         )
         self.control = ControlTopics(

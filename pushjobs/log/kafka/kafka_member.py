@@ -48,7 +48,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any, Literal
 
-from pushjobs.errors import BackendUnavailable, FencedError
+from pushjobs.errors import BackendUnavailable, FencedError, LogError
 from pushjobs.log.base import Fence, NamedMember
 from pushjobs.log.kafka.kafka_client import error_name, load, translate, translate_exception
 from pushjobs.log.kafka.kafka_close import destroy_detached, drain_and_unsubscribe
@@ -126,15 +126,31 @@ def generation_of(ck: Any, consumer: Any) -> int:
     return int.from_bytes(raw[start : start + 4], sys.byteorder, signed=True)
 
 
-def serve_group(ck: Any, consumer: Any, group: str, member_id: str) -> None:
-    """Run the rebalance callbacks and take the group's error events, if any."""
+def serve_group(
+    ck: Any, consumer: Any, group: str, member_id: str, session_s: float | None = None
+) -> None:
+    """Run the rebalance callbacks and take the group's error events, if any.
+
+    A broker that refuses the member's session timeout (the classic protocol sends it,
+    and the broker's ``group.min.session.timeout.ms``, 6 s by default, bounds it) would
+    be refused again at every rejoin, for ever: that is raised as a ``LogError`` that
+    says what to change, not logged as one more event.
+    """
     try:
         event = consumer.poll(0)
     except ck.KafkaException as exc:
         raise translate_exception(exc, f"polling group {group!r}") from exc
-    if event is not None and event.error() is not None:
-        # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
-        log.info("group %s member %s: %s", group, member_id, event.error().str())
+    if event is None or event.error() is None:
+        return
+    if error_name(event.error()) == "INVALID_SESSION_TIMEOUT":
+        asked = f" of {session_s:g} s" if session_s is not None else ""
+        raise LogError(
+            f"group {group!r}: the brokers refuse a session timeout{asked} "
+            f"({event.error().str()}): lower their group.min.session.timeout.ms "
+            "(classic group protocol, 6 s by default) or raise [server] leader_session_s"
+        )
+    # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
+    log.info("group %s member %s: %s", group, member_id, event.error().str())
 
 
 def leave_group(ck: Any, box: list[Any], name: str) -> None:
