@@ -94,7 +94,7 @@ def drill(sandbox: Sandbox, *, stop_s: float) -> None:
         # it regains a share, with due times pending.
         os.kill(second.pid, signal.SIGSTOP)
         try:
-            time.sleep(stop_s)  # a fault held on purpose, not a wait for a state
+            time.sleep(stop_s)  # a fault held on purpose (noqa: not a wait)
         finally:
             os.kill(second.pid, signal.SIGCONT)
         let_fire(client, added)
