@@ -147,12 +147,16 @@ class Execution:
             self._proc.stdin.close()
 
     def abort(self, reason: str = "abort requested") -> None:
-        """Kill every process of the job (in the watcher thread, within ``TICK_S``); the
-        outcome follows through ``on_done``."""
+        """Kill every process of the job; the outcome follows through ``on_done``.
+
+        The job's group is killed here and now, so the command is gone (and the node free
+        for its next job) as fast as before; the watcher, woken by its pipes closing, then
+        looks for what left the group (``_kill_job``)."""
         with self._lock:
             if self._abort_reason is None:
                 self._abort_reason = reason
         self._kill_now.set()
+        self._signal_group(signal.SIGKILL)
 
     def join(self, timeout_s: float | None = None) -> bool:
         self._thread.join(timeout_s)

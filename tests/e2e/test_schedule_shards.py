@@ -23,7 +23,7 @@ import pytest
 
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, Unreachable
-from pushjobs.log.topics import names
+from pushjobs.log.topics import DEFAULT_PREFIX, names
 from pushjobs.testbed.childproc import Proc, await_ready, spawn
 from pushjobs.testbed.sandbox import ANY_PORT, Sandbox, ready_fields
 from pushjobs.testbed.tomlwrite import toml_text
@@ -157,14 +157,14 @@ def outcome(client: Client, added: list[dict[str, Any]]) -> tuple[set[str], dict
     return expected, found
 
 
-def shares_agree(client: Client, added: list[dict[str, Any]]) -> bool:
+def shares_agree(client: Client, added: list[dict[str, Any]], prefix: str) -> bool:
     servers, rows = client.call("server.list", {}), client.call("schedule.list", {})
     if servers is None or rows is None:
         return False
     live = [s for s in servers["servers"] if s["role"] in ("leader", "standby")]
     owner = {t: f"{s['name']}:{s['incarnation']}" for s in live for t in s["partitions"]}
     shares = sum(len(s["partitions"]) for s in live)
-    every = set(partition_topics(names().schedules, DEFAULT_PARTITIONS))
+    every = set(partition_topics(names(prefix).schedules, DEFAULT_PARTITIONS))
     return (
         len(owner) == shares  # no partition named twice
         and set(owner) == every
@@ -253,7 +253,10 @@ def scenario(sandbox: Sandbox) -> None:
         let_fire(client, added)  # fires of both owners again
         # Who fires what: the live servers' shares split every partition, and each
         # schedule names the server whose share holds its partition.
-        wait_until(lambda: shares_agree(client, added), 20.0, 0.2)
+        # The servers' own topic prefix: a broker test runs under one of its own.
+        log = tomllib.loads(sandbox.server_config_path.read_text()).get("log", {})
+        prefix = log.get("topic_prefix", DEFAULT_PREFIX)
+        wait_until(lambda: shares_agree(client, added, prefix), 20.0, 0.2)
         for schedule in added:
             pause(client, schedule["schedule_id"])
         # A pause reaches the partition's owner within a moment: a due time in between
