@@ -19,7 +19,6 @@ import pytest
 from pushjobs.log.topics import names
 from pushjobs.testbed.sandbox import Sandbox
 from server.core.schedshards import DEFAULT_PARTITIONS, count_topic, partition_topics
-from tests.e2e.conftest import TERMINAL
 from tests.e2e.standby import SECOND, api_of, kafka_log, start_second_server
 from tests.e2e.test_schedule_shards import (
     SESSION_MS,
@@ -28,8 +27,7 @@ from tests.e2e.test_schedule_shards import (
     let_fire,
     make_sandbox,
     online,
-    outcome,
-    pause,
+    paused_and_settled,
     stamps,
 )
 from tests.log.kafka_support import HostError, MockClusterHost, available
@@ -101,22 +99,7 @@ def drill(sandbox: Sandbox, *, stop_s: float) -> None:
         sandbox.kill("server", signal.SIGKILL)  # the leader, mid-fire
         client.close()
         let_fire(client, added, timeout_s=60.0)  # server-b leads and owns every partition
-        for schedule in added:
-            pause(client, schedule["schedule_id"])
-        last: list[tuple[set[str], dict[str, str]]] = []
-
-        def settled() -> bool:
-            now = outcome(client, added)
-            last[:] = [now] if now is not None else []
-            if now is None:
-                return False
-            expected, found = now
-            return set(found) == expected and all(s in TERMINAL for s in found.values())
-
-        with contextlib.suppress(AssertionError):
-            wait_until(settled, 90.0, 0.5)
-        assert last
-        expected, found = last[0]
+        expected, found = paused_and_settled(client, added, 90.0)
         assert set(found) == expected  # every due time: one job, and no other job
         states = {state for state in found.values()}
         failed = {j: s for j, s in found.items() if s != "complete"}

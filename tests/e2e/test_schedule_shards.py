@@ -174,6 +174,32 @@ def shares_agree(client: Client, added: list[dict[str, Any]], prefix: str) -> bo
     )
 
 
+def paused_and_settled(
+    client: Client, added: list[dict[str, Any]], timeout_s: float
+) -> tuple[set[str], dict[str, str]]:
+    """Pause every schedule, then wait till every job has ended and the settled due
+    times stop moving: (the due times' job ids, each job's state) as they are then.
+
+    A pause reaches the partition's owner within a moment: a due time in between still
+    fires."""
+    for schedule in added:
+        pause(client, schedule["schedule_id"])
+    last: list[tuple[set[str], dict[str, str]]] = []
+
+    def settled() -> bool:
+        now = outcome(client, added)
+        last[:] = [now] if now is not None else []
+        if now is None:
+            return False
+        expected, found = now
+        return set(found) == expected and all(s in TERMINAL for s in found.values())
+
+    with contextlib.suppress(AssertionError):
+        wait_until(settled, timeout_s, 0.5)
+    assert last
+    return last[0]
+
+
 def stamps(root: Path, node: str) -> list[str]:
     path = root / f"stamps-{node}"
     return path.read_text().split() if path.exists() else []
@@ -257,25 +283,7 @@ def scenario(sandbox: Sandbox) -> None:
         log = tomllib.loads(sandbox.server_config_path.read_text()).get("log", {})
         prefix = log.get("topic_prefix", DEFAULT_PREFIX)
         wait_until(lambda: shares_agree(client, added, prefix), 20.0, 0.2)
-        for schedule in added:
-            pause(client, schedule["schedule_id"])
-        # A pause reaches the partition's owner within a moment: a due time in between
-        # still fires. Once every job has ended and the settled due times stop moving,
-        # they and the jobs must match exactly.
-        last: list[tuple[set[str], dict[str, str]]] = []
-
-        def settled() -> bool:
-            now = outcome(client, added)
-            last[:] = [now] if now is not None else []
-            if now is None:
-                return False
-            expected, found = now
-            return set(found) == expected and all(s in TERMINAL for s in found.values())
-
-        with contextlib.suppress(AssertionError):
-            wait_until(settled, 60.0, 0.5)
-        assert last
-        expected, found = last[0]
+        expected, found = paused_and_settled(client, added, 60.0)
         assert set(found) == expected  # every due time: one job, and no other job
         assert len(expected) >= SCHEDULES * 3  # each stage's fires, at least
         ran = [job for node in sandbox.nodes for job in stamps(sandbox.root, node)]
