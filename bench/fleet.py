@@ -23,6 +23,11 @@ start, on 10,000 within 3 s.
 
     python bench/fleet.py [--sizes 1000,5000,10000,20000,50000] [--window-s 60]
                           [--jobs 3] [--per-sim 25000] [--plot fleet.png] [--json out.json]
+                          [--edges 0,1,2]
+
+``--edges`` runs every size once per edge count (``[server] edges``); 0, the one-process
+server, is the baseline of the same run. CPU, RSS and heartbeat figures then cover the
+leader and its edges together (per process too), heartbeats as the edges read them.
 """
 
 from __future__ import annotations
@@ -141,31 +146,43 @@ def wait_online(client: ApiClient, k: int, timeout_s: float) -> float:
     raise SystemExit(f"only {last} of {k} nodes online after {timeout_s:g} s")
 
 
+def server_pids(client: ApiClient, server_pid: int) -> list[int]:
+    """The server and its edges: every process that serves the fleet."""
+    return [server_pid, *(e["pid"] for e in info(client)["edges"] if e["pid"])]
+
+
 def heartbeat_window(
     client: ApiClient, server_pid: int, sims: list[Proc], window_s: float
 ) -> dict[str, Any]:
     before = info(client)
-    cpu0 = cpu_s(server_pid)
+    pids = server_pids(client, server_pid)
+    cpu0 = {pid: cpu_s(pid) for pid in pids}
     sim_cpu0 = sum(cpu_s(p.pid) for p in sims)
     t0 = time.monotonic()
     time.sleep(window_s)
     took = time.monotonic() - t0
     after = info(client)
-    cpu = cpu_s(server_pid) - cpu0
+    per_process = {pid: 100 * (cpu_s(pid) - cpu0[pid]) / took for pid in pids}
+    cpu = sum(cpu_s(pid) - cpu0[pid] for pid in pids)
     sim_cpu = sum(cpu_s(p.pid) for p in sims) - sim_cpu0
     hist = {
         int(ms): n - int(before["heartbeat_lag_ms"].get(ms, 0))
         for ms, n in after["heartbeat_lag_ms"].items()
     }
     beats = after["heartbeats"] - before["heartbeats"]
-    rss, peak = memory_mib(server_pid)
+    memory = [memory_mib(pid) for pid in pids]
+    rss, peak = sum(m[0] for m in memory), sum(m[1] for m in memory)
     return {
+        "processes": len(pids),
+        "cpu_pct_per_process": [round(v, 1) for v in per_process.values()],
+        "rss_mib_per_process": [round(m[0]) for m in memory],
         "tracked": after["nodes_known"],
         "online": after["nodes_online"],
         "heartbeats_per_s": beats / took,
         "false_offline": after["transitions"]["offline"] - before["transitions"]["offline"],
         "server_cpu_pct": 100 * cpu / took,
         "server_cpu_us_per_hb": cpu / beats * 1e6 if beats else math.nan,
+        "rss_kib_per_node": rss * 1024 / max(1, after["nodes_known"]),
         "sim_cpu_pct": 100 * sim_cpu / took,
         "server_rss_mib": rss,
         "server_peak_rss_mib": peak,
@@ -206,7 +223,7 @@ def run_job(client: ApiClient, k: int) -> dict[str, Any]:
     }
 
 
-def one_size(k: int, args: argparse.Namespace) -> dict[str, Any]:
+def one_size(k: int, args: argparse.Namespace, edges: int = 0) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"pushjobs-fleet-{k}-"))
     sandbox = Sandbox(
         root,
@@ -215,11 +232,11 @@ def one_size(k: int, args: argparse.Namespace) -> dict[str, Any]:
         offline_threshold=3,
         online_threshold=2,
         server_extra={
-            "server": {"registry_check_s": 2.0, "leader_session_s": 5.0},
+            "server": {"registry_check_s": 2.0, "leader_session_s": 5.0, "edges": edges},
             "jobs": {"vote_timeout_s": 60.0, "run_timeout_s": 120.0, "max_nodes": 1_000_000},
         },
     )
-    out: dict[str, Any] = {"nodes": k, "interval_s": args.interval}
+    out: dict[str, Any] = {"nodes": k, "interval_s": args.interval, "edges": edges}
     with sandbox:
         sandbox.prepare()
         server = sandbox.start_server(timeout_s=60)
@@ -254,7 +271,9 @@ def one_size(k: int, args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
         out["jobs"] = jobs
-        out["server_rss_after_jobs_mib"] = memory_mib(server.pid)[0]
+        out["server_rss_after_jobs_mib"] = sum(
+            memory_mib(pid)[0] for pid in server_pids(client, server.pid)
+        )
         # Whole run: the full collections of the enrolment burst and of the jobs.
         out["server_gc"] = info(client).get("gc", {})
         if out["server_gc"]:
@@ -276,14 +295,15 @@ def median(jobs: list[dict[str, Any]], key: str) -> float:
 def report(results: list[dict[str, Any]], baseline_us: float) -> None:
     print()
     print(
-        f"{'K':>6} {'sims':>4} {'online':>7} {'hb/s':>7} {'false':>5} {'srvCPU%':>7} "
+        f"{'K':>6} {'edges':>5} {'sims':>4} {'online':>7} {'hb/s':>7} {'false':>5} {'srvCPU%':>7} "
         f"{'us/hb':>6} {'simCPU%':>7} {'RSS MiB':>7} {'lag p50':>7} {'p99':>5} "
         f"{'vote s':>7} {'done s':>7} {'wall s':>7}"
     )
     for r in results:
         h, jobs = r["heartbeat"], r["jobs"]
         print(
-            f"{r['nodes']:>6} {r['simulators']:>4} {r['all_online_s']:>6.1f}s "
+            f"{r['nodes']:>6} {r.get('edges', 0):>5} {r['simulators']:>4} "
+            f"{r['all_online_s']:>6.1f}s "
             f"{h['heartbeats_per_s']:>7.0f} {h['false_offline']:>5} {h['server_cpu_pct']:>7.1f} "
             f"{h['server_cpu_us_per_hb']:>6.1f} {h['sim_cpu_pct']:>7.1f} "
             f"{h['server_peak_rss_mib']:>7.0f} {h['lag_p50_ms']:>7.0f} {h['lag_p99_ms']:>5.0f} "
@@ -377,6 +397,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--plot", type=Path, default=Path("fleet.png"))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--edges",
+        default="0",
+        help="comma-separated edge counts to run each size with ([server] edges); "
+        "0 is the one-process server, the baseline: e.g. --edges 0,1",
+    )
     args = parser.parse_args()
     print(describe())
     print(
@@ -386,8 +412,9 @@ def main() -> None:
     baseline = baseline_us_per_heartbeat()
     results = []
     for k in (int(s) for s in args.sizes.split(",")):
-        print(f"\n== {k} nodes", flush=True)
-        results.append(one_size(k, args))
+        for edges in (int(e) for e in args.edges.split(",")):
+            print(f"\n== {k} nodes, edges = {edges}", flush=True)
+            results.append(one_size(k, args, edges))
     report(results, baseline)
     if args.json:
         args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))

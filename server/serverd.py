@@ -51,6 +51,8 @@ from pushjobs.protocol.messages import ServerHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport, drain, drain_from
+from server.core import edgewire
+from server.core.edgeliveness import EdgeLiveness
 from server.core.nodetable import NodeTable
 from server.front.api import ApiFront
 from server.front.backend import ServerBackend
@@ -62,6 +64,8 @@ from server.front.watches import Watches
 from server.shell.channels import Channels, advertised, raise_open_files
 from server.shell.commands import CommandSender
 from server.shell.compactor import Compaction
+from server.shell.edgecommands import EdgeCommandSender
+from server.shell.edges import EdgePool
 from server.shell.handshakes import Handshakes
 from server.shell.keyregistry import open_registries
 from server.shell.leaderjobs import Jobs
@@ -76,6 +80,8 @@ from server.shell.tenure import Tenure
 log = logging.getLogger("pushjobs.server")
 
 MAX_WAIT_S = 0.25  # bounds how long a signal waits to be noticed
+EDGE_MOVE_SPLAY_S = 3.0  # an agent's discovery splay (1 s by default) and its round trip
+EDGES_READY_S = 20.0  # edges that have not said hello by then are started again later
 API_MAX_BYTES = 32 * 1024 * 1024  # API replies (job lists, node lists) may be large
 
 
@@ -135,9 +141,18 @@ class Server:
         self.membership = Membership(self.leadership, self.name, self.incarnation, ends, self.clock)
 
         # The components, each owning one concern; the order is who needs whom.
-        self.liveness = LivenessTracker(
-            live.interval_s, live.offline_threshold, live.online_threshold
-        )
+        tracker = EdgeLiveness if section.edges else LivenessTracker
+        self.liveness = tracker(live.interval_s, live.offline_threshold, live.online_threshold)
+        self.edges: EdgePool | None = None
+        if section.edges:
+            self.edges = EdgePool(
+                self.transport,
+                CurveKeys(identity.public.curve_public, identity.curve_secret),
+                count=section.edges,
+                spec=_edge_spec(config, self.reply_endpoint),
+                interval_s=live.interval_s,
+                now=self.clock.monotonic(),
+            )
         self.nodes = NodeTable(self.liveness)
         self.sessions = sessions = SessionKeys(grace_s=2 * live.interval_s + 5.0)
         self.enrolment = Enrolment(
@@ -152,8 +167,9 @@ class Server:
             heartbeat_endpoint=heartbeat_endpoint,
             reply_endpoint=self.reply_endpoint,
             membership=self.membership,
+            edges=self.edges,
         )
-        self.sender = sender = CommandSender(
+        self.sender = sender = (EdgeCommandSender if self.edges else CommandSender)(
             self.outbox,
             limits,
             self.channels,
@@ -161,6 +177,9 @@ class Server:
             curve_of=self.enrolment.curve_of,
             signer_of=sessions.signer,
         )
+        if self.edges is not None:
+            assert isinstance(sender, EdgeCommandSender)
+            sender.attach(self.edges)
         self.jobs = Jobs(
             config.jobs,
             self.leadership,
@@ -222,6 +241,7 @@ class Server:
             scheduler=self.scheduler,
         )
         self.backend.scheduler = self.scheduler
+        self.backend.edges = self.edges
         self.api = ApiFront(
             registry,
             limits,
@@ -251,6 +271,9 @@ class Server:
         poller.register(self.channels.api, zmq.POLLIN)
         poller.register(self.channels.heartbeat, zmq.POLLIN)
         poller.register(self.handshakes.socket, zmq.POLLIN)
+        if self.edges is not None:
+            poller.register(self.edges.router, zmq.POLLIN)
+            self.await_edges()
         self.tenure.renew(self.clock.monotonic())
         self.membership.beat()
         metrics_url = self.metrics.start()
@@ -294,8 +317,29 @@ class Server:
             self.channels.subscriptions()
         if self.handshakes.socket in ready:
             self.handshakes.receive(now)
+        if self.edges is not None and self.edges.router in ready:
+            for edge, report in self.edges.receive(now):
+                self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
         self.timers()
         self.flush()
+
+    def await_edges(self) -> None:
+        """Serve once every edge said hello (nodes are placed on live edges only), or
+        after ``EDGES_READY_S`` with those that did."""
+        assert self.edges is not None
+        deadline = self.clock.monotonic() + EDGES_READY_S
+        while not self.edges.ready() and not self.stopping:
+            now = self.clock.monotonic()
+            if now >= deadline:
+                log.warning(
+                    "edges not ready after %.0f s: serving with %s",
+                    EDGES_READY_S,
+                    self.edges.live(),
+                )
+                return
+            if self.edges.router.poll(round(MAX_WAIT_S * 1000)):
+                self.edges.receive(now)
+            self.edges.tick(now)
 
     def wait_s(self) -> float:
         now = self.clock.monotonic()
@@ -328,8 +372,20 @@ class Server:
             self.membership.beat()  # this server's record, and who leads, each renewal
         if now >= self.next_beat:
             leader = self.leadership.leader
-            self.channels.publish(self.outbox.frames(ServerHeartbeat, now_ms, leader=leader))
+            beat = self.outbox.frames(ServerHeartbeat, now_ms, leader=leader)
+            self.channels.publish(beat)
+            if self.edges is not None:
+                self.edges.broadcast([edgewire.BEAT, *beat])
             self.next_beat = now + self.config.liveness.interval_s
+        if self.edges is not None:
+            live = self.config.liveness
+            for edge in self.edges.tick(now):
+                # Its nodes notice (their offline window), rediscover (a splay) and come
+                # online on another edge (their online threshold): held online till then.
+                hold_s = (2 * live.offline_threshold + live.online_threshold) * live.interval_s
+                assert isinstance(self.liveness, EdgeLiveness)
+                held = self.liveness.edge_lost(edge, now, hold_s + EDGE_MOVE_SPLAY_S)
+                log.warning("edge %s: %d nodes held online while they move", edge, held)
         if self.intake.expiry_due(now):
             # Silence is judged on what was sent, not on what this server got round to:
             # read what is waiting first.
@@ -366,7 +422,10 @@ class Server:
         """A revoked node: its jobs are aborted on it first, so what the job calls crashed
         is not left running, then it is no longer heard."""
         contact = self.enrolment.contacts.get(node)
-        if contact is not None:
+        if self.edges is not None and (edge := self.edges.edge_of(node)) is not None:
+            jobs = list(self.jobs.coordinator.holding(node))
+            self.edges.send(edge, edgewire.encode(edgewire.REVOKE, [[node, jobs]]))
+        elif contact is not None:
             for job_id in self.jobs.coordinator.holding(node):
                 self.sender.abort_now(node, job_id, contact.endpoint, contact.curve, now_ms)
         self.intake.cut_off(node, now, now_ms, "key revoked")
@@ -400,6 +459,8 @@ class Server:
 
     def close(self) -> None:
         try:
+            if self.edges is not None:
+                self.edges.close()
             self.metrics.close()
             if self.stopping:
                 self.membership.leave()
@@ -409,3 +470,23 @@ class Server:
             self.handshakes.close()  # its monitor socket first: the context waits for it
             self.transport.close()
             self.log.close()
+
+
+def _edge_spec(config: ServerConfig, reply_endpoint: str) -> dict[str, Any]:
+    """What every edge is told when it starts (``server.edge.edged.EdgeSpec``)."""
+    section, live, proto = config.server, config.liveness, config.protocol
+    host = section.reply_bind.split("://", 1)[1].rsplit(":", 1)[0]
+    return {
+        "server_name": section.name,
+        "key_file": str(section.key_path()),
+        "bind_host": host,
+        # Nodes connect where they reach this server's own reply socket.
+        "advertise_host": section.advertise_host
+        or reply_endpoint.split("://", 1)[1].rsplit(":", 1)[0],
+        "interval_s": live.interval_s,
+        "offline_threshold": live.offline_threshold,
+        "online_threshold": live.online_threshold,
+        "max_skew_s": proto.max_skew_s,
+        "max_header_bytes": proto.max_header_bytes,
+        "max_body_bytes": proto.max_body_bytes,
+    }

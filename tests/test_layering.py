@@ -13,7 +13,9 @@ From the bottom up:
    import: every ``-m`` module name in the toolkit is checked to be a daemon's entry point;
 5. inside ``server/``: the pure core (``server.core``) imports neither the shell
    (``server.shell``) nor the front (``server.front``); the shell does not import the
-   front; only the wiring (``server.serverd``, ``server.__main__``) imports all three.
+   front; only the wiring (``server.serverd``, ``server.__main__``) imports all three;
+   the edge (``server.edge``, a process of its own that the leader starts by name) stands
+   on all three and nothing imports it.
 
 The protocol core and the state machines import no socket, database, clock or thread
 module.
@@ -47,9 +49,17 @@ NEVER = {
     "keys": {"server", "agent", "pushjobs"},
     "server": {"agent"},
     "agent": {"server"},
-    "server.core": {"server.shell", "server.front", "server.serverd", "server.__main__"},
-    "server.shell": {"server.front", "server.serverd", "server.__main__"},
-    "server.front": {"server.serverd", "server.__main__"},
+    "server.core": {
+        "server.shell",
+        "server.front",
+        "server.serverd",
+        "server.__main__",
+        "server.edge",
+    },
+    "server.shell": {"server.front", "server.serverd", "server.__main__", "server.edge"},
+    "server.front": {"server.serverd", "server.__main__", "server.edge"},
+    "server.serverd": {"server.edge"},
+    "server.edge": {"server.serverd", "server.__main__"},
 }
 # ... except for these: what may cross a line above, and why.
 ALLOWED = {

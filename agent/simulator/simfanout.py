@@ -94,13 +94,14 @@ class FanOut:
             if node.silent or node.outbox is None:
                 continue
             header, body, signature = node.beat(stamp)
+            sock = push if node.link is None else node.link
             try:
-                send(push, header, FIRST)
+                send(sock, header, FIRST)
             except zmq.Again:  # a queued heartbeat is worthless: drop it, count it
                 dropped += 1
                 continue
-            send(push, body, FIRST)
-            send(push, signature, LAST)
+            send(sock, body, FIRST)
+            send(sock, signature, LAST)
             sent += 1
         self.counters["heartbeats_sent"] += sent
         if dropped:
@@ -121,11 +122,12 @@ class FanOut:
             except OversizedFrame:
                 self.counters["replies_oversized"] += 1
                 continue
+            sock = push if node.link is None else node.link
             try:
-                _send(push, header, FIRST)
+                _send(sock, header, FIRST)
             except zmq.Again:
                 self.replies.appendleft((node, incarnation, cls, fields))
                 return
-            _send(push, body, FIRST)
-            _send(push, signature, LAST)
+            _send(sock, body, FIRST)
+            _send(sock, signature, LAST)
             self.counters["replies_sent"] += 1

@@ -53,8 +53,9 @@ from agent.simulator.simsettings import SimSettings
 from agent.trust import trust_server, trust_sessions
 from pushjobs.errors import TransportError
 from pushjobs.protocol import messages as m
-from pushjobs.protocol.framing import MAX_BODY_CEILING, Limits, parse_header
+from pushjobs.protocol.framing import MAX_BODY_CEILING, KeyResolver, Limits, parse_header
 from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.replay import Accepted, ReplayWindow
 from pushjobs.protocol.signing import HMAC_SHA256, HmacVerifier, Verifier
 from pushjobs.testbed.simkeys import SimKeys, node_name
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
@@ -99,7 +100,9 @@ class Simulator:
             self._session_key, trust_server(server), "not a session key of a simulated node: {!r}"
         )
         self.watch = ServerWatch(trust_server(server), log)
-        self.cmd_inbox = Inbox(self._resolve_command, 30.0)
+        self.cmd_inbox = _command_inbox(self._resolve_command, 30.0)
+        self.curve = curve
+        self.edge_links: dict[str, zmq.Socket[bytes]] = {}
         self.link = ServerLink(self.transport, curve, server.curve_public, PUSH_HWM)
         self.cfg: m.NodeConfig | None = None
         self.server_incarnation = ""
@@ -237,6 +240,7 @@ class Simulator:
         while len(node.key_ids) > 2:  # the previous key stays for commands in flight
             self.command_keys.pop(node.key_ids.pop(0), None)
         node.configure(cfg.session_key_id, secret, now + cfg.lifetime_s)
+        node.link = self._reply_link(cfg)
         self.choice.accepted(now)
         if not was:
             self.configured += 1
@@ -246,15 +250,32 @@ class Simulator:
             took = now - self.started
             self._say(f"pushjobs-simulate configured nodes={self.configured} in {took:.2f}s")
 
+    def _reply_link(self, cfg: m.NodeConfig) -> zmq.Socket[bytes] | None:
+        """The socket a node's heartbeats and replies leave by: one per reply endpoint
+        (a server with edges names each node its edge's)."""
+        sock = self.edge_links.get(cfg.reply_endpoint)
+        if sock is None:
+            sock = self.edge_links[cfg.reply_endpoint] = self.transport.socket(
+                "push",
+                connect=cfg.reply_endpoint,
+                hwm=PUSH_HWM,
+                curve_client=self.curve,
+                server_public=self.s.server.curve_public,
+            )
+        return sock
+
     def _apply_server_config(self, cfg: m.NodeConfig, now: float) -> None:
         old = self.cfg
         self.cfg = cfg
-        self.link.follow(old, cfg)
+        if old is None or old.server_incarnation != cfg.server_incarnation:
+            # Per server, not per node: with edges, nodes' configs name different
+            # endpoints, and the fleet watches the server's heartbeats on the first.
+            self.link.follow(old, cfg)
         if old is None or old.server_incarnation != cfg.server_incarnation:
             self.server_incarnation = cfg.server_incarnation
             limits = Limits(max_body_bytes=cfg.max_body_bytes)
             self.watch.trust(cfg, now)
-            self.cmd_inbox = Inbox(self._resolve_command, cfg.max_skew_s, limits)
+            self.cmd_inbox = _command_inbox(self._resolve_command, cfg.max_skew_s, limits)
 
     # --- server heartbeats and commands --------------------------------------------------------
 
@@ -395,3 +416,23 @@ class Simulator:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class _PerIncarnation(ReplayWindow):
+    """A replay window per (sender, incarnation). A real agent hears commands from its
+    one edge; the nodes of a simulator hear several edges of one server at once, each
+    with its own incarnation and sequence, on one socket. Replays within an incarnation
+    are still refused."""
+
+    __slots__ = ()
+
+    def check(
+        self, sender: str, incarnation: str, sequence: int, timestamp_ms: int, now_ms: int
+    ) -> Accepted:
+        return super().check(f"{sender}/{incarnation}", incarnation, sequence, timestamp_ms, now_ms)
+
+
+def _command_inbox(resolve: KeyResolver, max_skew_s: float, limits: Limits | None = None) -> Inbox:
+    inbox = Inbox(resolve, max_skew_s) if limits is None else Inbox(resolve, max_skew_s, limits)
+    inbox.replay = _PerIncarnation(max_skew_s)
+    return inbox

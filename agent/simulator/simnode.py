@@ -146,6 +146,7 @@ class SimNode:
         "incarnation",
         "index",
         "key_ids",
+        "link",
         "name",
         "outbox",
         "outcomes",
@@ -176,6 +177,10 @@ class SimNode:
         self.silent = False
         self.config_until = 0.0
         self.key_ids: list[str] = []  # session keys commands may be signed with
+        # The socket its heartbeats and replies leave by when its config named a reply
+        # endpoint of its own (a server with edges places nodes by name); None: the
+        # fleet's shared one. Opaque here: this module does no I/O.
+        self.link: Any = None
 
     # --- session ------------------------------------------------------------------------
 

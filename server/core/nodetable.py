@@ -96,6 +96,21 @@ class NodeTable:
             events.append(NodeOnline(name))
         return events
 
+    def reported(self, name: str, incarnation: str, command_endpoint: str | None) -> NodeInfo:
+        """What a node's edge reported of it (with edges, heartbeats stop at the edge)."""
+        info = self._nodes.get(name)
+        if info is None:
+            info = self._nodes[name] = NodeInfo(name)
+        info.incarnation = incarnation
+        if command_endpoint is not None:
+            info.command_endpoint = command_endpoint
+        return info
+
+    def busy(self, name: str, job_id: str | None, job_state: str | None) -> None:
+        info = self._nodes.get(name)
+        if info is not None:
+            info.job_id, info.job_state = job_id, job_state
+
     def expire(self, now: float) -> list[NodeOffline]:
         return [NodeOffline(e.peer, e.last_seen) for e in self.liveness.expire(now)]
 

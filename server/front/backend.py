@@ -31,6 +31,7 @@ from server.core.nodetable import NodeTable
 from server.front.enrolment import Enrolment
 from server.front.watches import Watches
 from server.shell.channels import Channels
+from server.shell.edges import EdgePool
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
 from server.shell.membership import Membership
@@ -87,6 +88,7 @@ class ServerBackend:
         self.watches = watches if watches is not None else Watches()
         self.outage = outage if outage is not None else Outage()
         self.scheduler: Scheduler | None = None  # set by the daemon (``schedule.*``)
+        self.edges: EdgePool | None = None  # set by the daemon when it has edges
         self.membership = membership
 
     @property
@@ -101,6 +103,13 @@ class ServerBackend:
         }
         # Commands not sent: the socket's queue full, or no message could be made of them
         # (no endpoint known, secrets that do not open, too large, unencodable).
+        lag = list(intake.heartbeat_lag_ms)
+        edges = self.edges.status() if self.edges is not None else []
+        for edge in edges:
+            # The fleet's heartbeats are read by the edges: theirs are the figures.
+            drops[f"edge:{edge['edge']}"] = dict(edge["drops"])
+            for ms, n in edge["heartbeat_lag_ms"].items():
+                lag[min(int(ms), len(lag) - 1)] += int(n)
         command = {"queue_full": self.channels.command_drops, **self.jobs.sender.counters}
         if any(command.values()):
             drops["command"] = {reason: n for reason, n in command.items() if n}
@@ -115,10 +124,10 @@ class ServerBackend:
             "jobs_active": sum(1 for _ in self.coordinator.active()),
             "late_replies": dict(self.coordinator.late),
             "drops": drops,
-            "heartbeats": sum(intake.heartbeat_lag_ms),
+            "heartbeats": sum(lag),
             # Sparse histogram {ms: count} of wall time from a heartbeat's timestamp to the
             # tracker: sender's queue, the wire and this server's receive batch together.
-            "heartbeat_lag_ms": {str(i): n for i, n in enumerate(intake.heartbeat_lag_ms) if n},
+            "heartbeat_lag_ms": {str(i): n for i, n in enumerate(lag) if n},
             "transitions": {
                 "online": intake.counters["node_online"],
                 "offline": intake.counters["node_offline"],
@@ -136,10 +145,12 @@ class ServerBackend:
             "uptime_s": round(self.clock.monotonic() - self.started, 3),
             "nodes": self._node_counts(),
             "jobs": self._job_counts(),
-            "heartbeat_lag": lag_summary(intake.heartbeat_lag_ms),
+            "heartbeat_lag": lag_summary(lag),
             "log_append": self._append_latency(),
             # None while the log takes writes; else since when it has not, and why.
             "log_outage": self.outage.status(self.clock.monotonic()),
+            # Per edge: live, its nodes, its load, lag and drops ([] without edges).
+            "edges": edges,
         }
 
     def servers(self) -> list[dict[str, Any]]:

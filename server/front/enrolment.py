@@ -46,10 +46,12 @@ from keys.registry import KeyRegistry
 from pushjobs.errors import KeyFileError
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
+from server.core import edgewire
 from server.core.nodetable import NodeInfo, NodeTable
 from server.front.admission import Admission, Refused
 from server.front.sessions import SessionKeys
 from server.shell.channels import Channels
+from server.shell.edges import EdgePool
 from server.shell.membership import Membership
 from server.shell.serverconfig import ServerConfig
 
@@ -94,8 +96,10 @@ class Enrolment:
         heartbeat_endpoint: str,
         reply_endpoint: str,
         membership: Membership | None = None,
+        edges: EdgePool | None = None,
     ) -> None:
         self.config = config
+        self.edges = edges
         self.membership = membership
         self.identity = identity
         self.registry = registry
@@ -205,7 +209,13 @@ class Enrolment:
             )
             return
         config = self._admit(req, now)
-        log.info("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
+        if config is None:
+            message = "no edge of this server is serving yet; ask again"
+            self._reply(
+                identity, req.sender, "refused", message, config=None, now_ms=now_ms, reply=reply
+            )
+            return
+        log.debug("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
         self._reply(identity, req.sender, "accepted", "", config=config, now_ms=now_ms, reply=reply)
 
     def _not_leader(self, identity: bytes, node: str, now_ms: int, reply: Reply) -> None:
@@ -255,10 +265,30 @@ class Enrolment:
             out.append((node, contact))
         return out
 
-    def _admit(self, req: ConfigRequest, now: float) -> NodeConfig:
+    def _admit(self, req: ConfigRequest, now: float) -> NodeConfig | None:
+        """The node's config, its session key issued; None when no edge serves it."""
+        heartbeat_endpoint, reply_endpoint = self.heartbeat_endpoint, self.reply_endpoint
+        placed = None
+        if self.edges is not None:
+            placed = self.edges.place(req.sender)
+            if placed is None:
+                return None
+            heartbeat_endpoint, reply_endpoint = placed[1]["heartbeat"], placed[1]["reply"]
         known = self.nodes.get(req.sender)
         restarted = known is None or known.incarnation != req.incarnation
         session = self.sessions.issue(req.sender, now, restarted=restarted)
+        if placed is not None and self.edges is not None:
+            # The edge holds the key before the node has its config: its first heartbeat
+            # verifies. The instruction and the reply leave in the same turn.
+            key = [
+                req.sender,
+                session.key_id,
+                session.secret_b64,
+                restarted,
+                req.curve_public,
+                req.command_endpoint,
+            ]
+            self.edges.send(placed[0], edgewire.encode(edgewire.KEYS, [key]))
         self.nodes.register(req.sender, req.command_endpoint, req.facts, req.tags)
         old = self.contacts.get(req.sender)
         if old is not None and old.curve != req.curve_public:
@@ -268,8 +298,8 @@ class Enrolment:
         return NodeConfig(
             server_id=self.config.server.name,
             server_incarnation=self.server_incarnation,
-            heartbeat_endpoint=self.heartbeat_endpoint,
-            reply_endpoint=self.reply_endpoint,
+            heartbeat_endpoint=heartbeat_endpoint,
+            reply_endpoint=reply_endpoint,
             server_ed25519_public=b64(self.identity.public.ed25519_public),
             server_curve_public=self.identity.public.curve_public,
             interval_s=live.interval_s,

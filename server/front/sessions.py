@@ -71,10 +71,17 @@ class SessionKeys:
         ``restarted``: the asking agent is a new process, which cannot hold any older key:
         they are superseded at once (valid for the grace only) and this one signs.
         """
+        key = SessionKey("s" + secrets.token_hex(12), node, secrets.token_bytes(SESSION_KEY_BYTES))
+        self.install(key, now, restarted=restarted)
+        return key
+
+    def install(self, key: SessionKey, now: float, *, restarted: bool = False) -> None:
+        """Hold ``key`` as ``issue`` would have issued it: an edge (``server.edge``)
+        verifies and signs with the keys its leader issued."""
+        node = key.node
         if restarted:
             self._superseded.update(self._live.pop(node, []))
             self._used.pop(node, None)
-        key = SessionKey("s" + secrets.token_hex(12), node, secrets.token_bytes(SESSION_KEY_BYTES))
         self._verifiers[key.key_id] = HmacVerifier(key.secret, owner=node)
         signer = self._key_signers[key.key_id] = HmacSigner(key.key_id, key.secret)
         live = self._live.setdefault(node, [])
@@ -86,7 +93,6 @@ class SessionKeys:
             # the key it uses stays the signer; the agent trusts its previous key too.
             self._used.pop(node, None)
             self._signers[node] = signer
-        return key
 
     def signer(self, node: str) -> HmacSigner | None:
         """Signs commands to ``node``: with the key it was last heard using."""

@@ -113,6 +113,10 @@ class CommandSender:
             return
         self.channels.send_command(info.command_endpoint, curve, frames)
 
+    def flush(self, now_ms: int) -> None:
+        """Send what ``send`` gathered: nothing here, every command left at once (the
+        edges' sender gathers per job: ``edgecommands``)."""
+
     def _message(self, send: Send, job: Job | None, now_ms: int) -> Message | None:
         """The message ``send`` stands for; None when a commit's secrets do not open."""
         message: Message

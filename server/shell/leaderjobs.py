@@ -295,6 +295,7 @@ class Jobs:
         if self.leadership.leader:
             for send in sends:
                 self.sender.send(send, self.coordinator.jobs.get(send.job_id), now_ms)
+            self.sender.flush(now_ms)  # what was gathered per edge leaves now
             # A commit too large for its node's channel: that node votes no, written and
             # acted on now (a no vote sends no commit: this goes one level deep at most).
             for (job_id, node), why in self.sender.take_undeliverable().items():

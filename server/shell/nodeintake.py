@@ -25,12 +25,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
+from collections.abc import Callable
 
+from pushjobs.errors import ProtocolError
+from pushjobs.protocol.codec import decode
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Message, NodeHeartbeat
 from server.core import records
 from server.core.batch import NODE_RESTARTED
+from server.core.edgeliveness import EdgeLiveness
+from server.core.edgewire import Report
 from server.core.nodetable import NodeOffline, NodeOnline, NodeRestarted, NodeTable
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
@@ -82,6 +87,49 @@ class NodeIntake:
                 self.jobs.reply(msg, now_ms)
             else:
                 # No leader yet (a restart waiting for the old lease): keep results for it.
+                self.standby_replies.append(msg)
+
+    def edge_report(
+        self, edge: str, report: Report, owner: Callable[[str], str | None], now: float, now_ms: int
+    ) -> None:
+        """What ``edge`` read this turn (``server.shell.edges``): liveness changes, the
+        heartbeats the leader needs, job replies. Only a node's own edge speaks for it."""
+        liveness = self.liveness
+        assert isinstance(liveness, EdgeLiveness)
+        for node, incarnation in report.restarted:
+            if owner(node) == edge:
+                self.nodes.reported(node, incarnation, None)
+                self.jobs.node_lost(node, now_ms, NODE_RESTARTED, restarted=True)
+        for node, incarnation, endpoint in report.online:
+            if owner(node) != edge:
+                self.counters["edge_not_owner"] += 1
+                continue
+            # Restarted while it moved from another edge: that edge never saw the new one.
+            info = self.nodes.get(node)
+            if info is not None and info.incarnation and info.incarnation != incarnation:
+                self.jobs.node_lost(node, now_ms, NODE_RESTARTED, restarted=True)
+            self.nodes.reported(node, incarnation, endpoint)
+            if liveness.online(node, edge, now) is not None:
+                self._online(node, now_ms)
+        for node, reason in report.offline:
+            if owner(node) != edge:
+                continue
+            went = liveness.mark_offline(node, now)
+            if went is not None:
+                self.offline(NodeOffline(node, went.last_seen), now_ms, reason)
+        for node, job_id, job_state, beat_ms in report.beats:
+            if owner(node) == edge:
+                self.nodes.busy(node, job_id, job_state)
+                self.jobs.heartbeat(node, job_id, job_state, beat_ms, now_ms)
+        for body in report.replies:
+            try:
+                msg = decode(body)
+            except ProtocolError:
+                self.counters["edge_reply_malformed"] += 1
+                continue
+            if self.leadership.leader:
+                self.jobs.reply(msg, now_ms)
+            else:
                 self.standby_replies.append(msg)
 
     def idle(self) -> None:

@@ -12,6 +12,7 @@
     auto_accept = false
     metrics_bind = "127.0.0.1:9464"         # Prometheus endpoint; port 0: any, "": off
     schedule_partitions = 8                 # fixed in the log by the first server
+    edges = 0                               # edge processes for the nodes' traffic
     [jobs]      vote_timeout_s, run_timeout_s
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
@@ -93,7 +94,15 @@ class ServerSection:
     of an installation writes it to the log, and every server uses the log's (a server
     set otherwise says so): a schedule's id hashes to its partition, for good."""
 
+    edges: int = 0
+    """Edge processes that read the nodes' heartbeats and replies and send their commands,
+    each for a share of the fleet (0: this process does it all, as fits a fleet of up to
+    about 10,000 nodes; see docs/architecture.md). Edges bind on the host of
+    ``reply_bind``, on ports of their own."""
+
     def check(self) -> Iterable[tuple[str, str]]:
+        if self.edges < 0:
+            yield "edges", "must not be negative (0: no edges)"
         for name in ("api_bind", "heartbeat_bind", "reply_bind"):
             value = getattr(self, name)
             if "://" not in value:

@@ -31,6 +31,9 @@ class NoSender:
     def send(self, *args: Any) -> None:
         pass
 
+    def flush(self, now_ms: int) -> None:
+        pass
+
     def take_undeliverable(self) -> dict[tuple[str, str], str]:
         return {}
 

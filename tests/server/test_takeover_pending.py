@@ -191,6 +191,9 @@ class Sender:
     def due_again(self, send: Send, beat_ms: int) -> bool:
         return True
 
+    def flush(self, now_ms: int) -> None:
+        pass
+
     def take_undeliverable(self) -> dict[tuple[str, str], str]:
         return {}
 

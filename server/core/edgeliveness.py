@@ -1,0 +1,98 @@
+"""Liveness as the leader sees it when edges read the heartbeats. Pure.
+
+With edges, the leader never sees a node's heartbeat: each edge runs the liveness
+tracker for its own nodes and reports the changes (online, offline). This tracker keeps
+the leader's view of them with the interface the rest of the leader already reads
+(``LivenessTracker``: who is online, since when, how many), and adds what only the
+leader can judge: an edge that died or was stopped. Its nodes are not offline for that:
+they are *held* online until ``hold_s`` from the loss (the offline window plus the
+discovery splay: the time they take to notice and land on another edge). A node that
+another edge reports online meanwhile is released; one still unheard at the deadline
+goes offline, and its jobs judge it as they judge any silent node.
+
+The leader's own stall moves the holds later (``stall``), as it moves any deadline: a
+leader that was not running could not have read the other edges' reports either.
+"""
+
+from __future__ import annotations
+
+from pushjobs.protocol.liveness import LivenessTracker, WentOffline, WentOnline
+
+
+class EdgeLiveness(LivenessTracker):
+    def __init__(self, interval_s: float, offline_threshold: int, online_threshold: int) -> None:
+        super().__init__(interval_s, offline_threshold, online_threshold)
+        self._edge_of: dict[str, str] = {}
+        self._held: dict[str, float] = {}  # node -> when it goes offline, earliest first
+
+    def online(self, peer: str, edge: str, now: float) -> WentOnline | None:
+        """``edge`` reports ``peer`` online (or took it over from a lost edge)."""
+        self._advance(now)
+        self._edge_of[peer] = edge
+        self._held.pop(peer, None)
+        # The base counts heartbeats towards the threshold; the edge already did.
+        went = None
+        for _ in range(self.online_threshold):
+            went = super().heartbeat(peer, now) or went
+        return went
+
+    def heartbeat(self, peer: str, now: float) -> WentOnline | None:
+        """Not how nodes reach this tracker: kept so that a stray call cannot count."""
+        return None
+
+    def edge_of(self, peer: str) -> str | None:
+        return self._edge_of.get(peer)
+
+    def edge_lost(self, edge: str, now: float, hold_s: float) -> int:
+        """``edge`` is gone: its online nodes stay online until ``hold_s`` from now unless
+        another edge reports them first. How many are held."""
+        self._advance(now)
+        until = now + hold_s
+        held = 0
+        for peer in list(self._online):
+            if self._edge_of.get(peer) == edge and peer not in self._held:
+                self._held[peer] = until
+                held += 1
+        return held
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def expire(self, now: float) -> list[WentOffline]:
+        """Held nodes whose hold has run out go offline; nobody else expires here."""
+        self._advance(now)
+        due: list[WentOffline] = []
+        while self._held:
+            peer, until = next(iter(self._held.items()))
+            if until > now:
+                break
+            del self._held[peer]
+            went = self.mark_offline(peer, now)
+            if went is not None:
+                due.append(went)
+        return due
+
+    def mark_offline(self, peer: str, now: float) -> WentOffline | None:
+        self._held.pop(peer, None)
+        return super().mark_offline(peer, now)
+
+    def forget(self, peer: str) -> None:
+        self._held.pop(peer, None)
+        self._edge_of.pop(peer, None)
+        super().forget(peer)
+
+    def stall(self, by_s: float) -> None:
+        if by_s > 0:
+            for peer in self._held:
+                self._held[peer] += by_s
+
+    def grant(self, now: float, extra_s: float = 0.0) -> None:
+        self._advance(now)
+        since = now + self.offline_after_s + extra_s
+        for peer, until in self._held.items():
+            self._held[peer] = max(until, since)
+
+    def next_deadline(self) -> float | None:
+        for until in self._held.values():
+            return until
+        return None

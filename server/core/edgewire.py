@@ -1,0 +1,108 @@
+"""The channel between the leader and its edges: what each says to the other, in frames. Pure.
+
+Every message is one multipart message: the kind, then its parts. The channel is a
+CurveZMQ ROUTER (the leader) / DEALER (each edge) pair under the server's own key on both
+ends, so only processes holding the server's identity speak on it; the parts are still
+checked here, and a message that does not parse is refused (``MalformedMessage``), never a
+crash of either loop.
+
+Leader -> edge (one message per kind and turn, lists inside: per batch, never per node):
+
+    beat      the signed server heartbeat, as published: the edge re-publishes it
+    keys      session keys issued at discovery: [node, key id, secret (b64), restarted,
+              node curve key, command endpoint]
+    revoke    nodes whose key was revoked: [node, [job ids to abort now]]
+    send      one command kind for one job to many nodes: {kind, job, nodes, body}
+    forget    nodes that now belong to another edge
+
+Edge -> leader, per turn:
+
+    hello     the edge's name, its advertised endpoints, its pid
+    report    liveness changes (online, offline, restarted), the heartbeats the leader
+              needs (``edgeforward``), and the edge's load; job replies follow as parts,
+              each the body of a verified node message
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pushjobs.errors import MalformedMessage
+
+BEAT = b"beat"
+KEYS = b"keys"
+REVOKE = b"revoke"
+SEND = b"send"
+FORGET = b"forget"
+HELLO = b"hello"
+REPORT = b"report"
+
+TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET})
+TO_LEADER = frozenset({HELLO, REPORT})
+
+
+@dataclass(slots=True)
+class Report:
+    """What an edge tells the leader after a turn."""
+
+    online: list[tuple[str, str, str]] = field(default_factory=list)  # node, incarnation, endpoint
+    offline: list[tuple[str, str]] = field(default_factory=list)  # node, reason
+    restarted: list[tuple[str, str]] = field(default_factory=list)  # node, new incarnation
+    # node, job id, job state, the heartbeat's own timestamp (wall ms)
+    beats: list[tuple[str, str | None, str | None, int]] = field(default_factory=list)
+    replies: list[bytes] = field(default_factory=list)  # bodies of verified messages
+    load: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.online or self.offline or self.restarted or self.beats or self.replies)
+
+
+def encode(kind: bytes, payload: Any) -> list[bytes]:
+    return [kind, orjson.dumps(payload)]
+
+
+def encode_report(report: Report) -> list[bytes]:
+    head = {
+        "online": report.online,
+        "offline": report.offline,
+        "restarted": report.restarted,
+        "beats": report.beats,
+        "load": report.load,
+    }
+    return [REPORT, orjson.dumps(head), *report.replies]
+
+
+def decode(frames: Sequence[bytes], kinds: frozenset[bytes]) -> tuple[bytes, Any, list[bytes]]:
+    """(kind, payload, the parts after the payload); MalformedMessage if it does not parse."""
+    if len(frames) < 2 or frames[0] not in kinds:
+        raise MalformedMessage(f"not a message of the edge channel: {bytes(frames[0])[:32]!r}")
+    kind = bytes(frames[0])
+    if kind == BEAT:
+        return kind, None, [bytes(f) for f in frames[1:]]
+    try:
+        payload = orjson.loads(frames[1])
+    except orjson.JSONDecodeError as exc:
+        raise MalformedMessage(f"edge channel {kind.decode()}: {exc}") from exc
+    return kind, payload, [bytes(f) for f in frames[2:]]
+
+
+def decode_report(payload: Any, rest: list[bytes]) -> Report:
+    """A report's payload checked field by field: a wrong shape is MalformedMessage."""
+    try:
+        return Report(
+            online=[(str(n), str(i), str(e)) for n, i, e in payload["online"]],
+            offline=[(str(n), str(r)) for n, r in payload["offline"]],
+            restarted=[(str(n), str(i)) for n, i in payload["restarted"]],
+            beats=[
+                (str(n), None if j is None else str(j), None if s is None else str(s), int(t))
+                for n, j, s, t in payload["beats"]
+            ],
+            replies=rest,
+            load=dict(payload.get("load") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedMessage(f"edge report: {exc!r}") from exc

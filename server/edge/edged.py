@@ -1,0 +1,397 @@
+"""``python -m server.edge``: an edge, started and supervised by its leader.
+
+Theory of operation. One thread, one loop, like the leader's. The edge binds the two
+sockets its nodes talk to (the heartbeat XPUB and the reply PULL, CurveZMQ under the
+server's own key, ZAP admitting only the node keys the leader handed it), holds the
+session keys the leader issued to its nodes, and connects to the leader's edge channel
+(a DEALER, ``server.core.edgewire``). Each turn:
+
+1. read the reply socket in a batch (``edgeintake``): verify, track liveness, keep what
+   the leader must hear;
+2. carry out the leader's instructions: re-publish its signed heartbeat, take new session
+   keys, seal and send commands (one instruction per job and kind, fanned out here, each
+   command signed with its node's session key), forget nodes, abort a revoked node's jobs;
+3. time: expire silent nodes (never on an unread queue, never across the edge's own
+   stall), retire superseded keys, tell nodes heard under a retired key to rediscover;
+4. report to the leader: liveness changes, the heartbeats it needs, the job replies, and
+   at least once an interval the edge's load, which is also how the leader knows the
+   edge is alive.
+
+The edge keeps nothing durable and acts only for the process that started it: it exits
+when its parent does. While the leader publishes no heartbeat (stopped, stalled), its
+nodes stop talking (they count the server offline): the edge judges nobody then, and
+gives everyone a full window once the leader's heartbeats come back.
+
+Killed at any line: its nodes hear no server heartbeat, rediscover, and land on the other
+edges; the leader holds them online meanwhile and starts this edge again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import sys
+import time
+from base64 import b64decode
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zmq
+
+from keys import files
+from keys.fingerprint import key_id
+from pushjobs.errors import PushJobsError
+from pushjobs.protocol import codec
+from pushjobs.protocol.framing import Limits, seal
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run
+from pushjobs.protocol.outbox import Outbox
+from pushjobs.protocol.signing import Ed25519Signer
+from pushjobs.transport.sockets import CurveKeys, Transport, drain
+from server.core import edgewire
+from server.edge.edgeintake import BATCH, EdgeIntake
+from server.front.sessions import SessionKey, SessionKeys
+from server.shell.channels import Channels, advertised
+
+log = logging.getLogger("pushjobs.edge")
+
+MAX_WAIT_S = 0.25
+LEADER_HWM = 100_000  # reports queued for a leader that is slow to read
+STALE_PING_S = 2.0
+QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSpec:
+    """What the leader tells an edge it starts (one JSON object on the edge's stdin)."""
+
+    name: str
+    server_name: str
+    key_file: str
+    leader_endpoint: str
+    bind_host: str
+    advertise_host: str
+    interval_s: float
+    offline_threshold: int
+    online_threshold: int
+    max_skew_s: float
+    max_header_bytes: int
+    max_body_bytes: int
+    parent_pid: int
+
+    @classmethod
+    def parse(cls, raw: bytes) -> EdgeSpec:
+        data = orjson.loads(raw)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class Contact:
+    endpoint: str
+    curve: str
+
+
+class Edge:
+    def __init__(self, spec: EdgeSpec, *, out: Any = None) -> None:
+        self.spec = spec
+        self.out = out if out is not None else sys.stdout
+        identity = files.load_private(Path(spec.key_file))
+        self.incarnation = secrets.token_hex(8)
+        self.limits = Limits(spec.max_header_bytes, spec.max_body_bytes)
+        signer = Ed25519Signer(key_id(identity.public.ed25519_public), identity.signing_key())
+        # Commands leave under the server's name and this edge's own incarnation and
+        # sequence: a node hears commands from its one edge only.
+        self.outbox = Outbox(spec.server_name, self.incarnation, signer, self.limits)
+        self.transport = Transport(
+            max_message_bytes=max(spec.max_header_bytes, spec.max_body_bytes)
+        )
+        curve = CurveKeys(identity.public.curve_public, identity.curve_secret)
+        self.accepted: set[str] = set()  # node curve keys the leader admitted (read by ZAP)
+        self.channels = Channels(
+            self.transport,
+            curve,
+            api_bind=None,
+            heartbeat_bind=f"tcp://{spec.bind_host}:0",
+            reply_bind=f"tcp://{spec.bind_host}:0",
+            node_allowed=self.accepted.__contains__,
+        )
+        self.leader = self.transport.socket(
+            "dealer",
+            connect=spec.leader_endpoint,
+            hwm=LEADER_HWM,
+            curve_client=curve,
+            server_public=identity.public.curve_public,
+            max_message_bytes=64 * 1024 * 1024,
+        )
+        self.sessions = SessionKeys(grace_s=2 * spec.interval_s + 5.0)
+        self.liveness = LivenessTracker(
+            spec.interval_s, spec.offline_threshold, spec.online_threshold
+        )
+        self.intake = EdgeIntake(
+            Inbox(self.sessions.resolve, spec.max_skew_s, self.limits), self.liveness
+        )
+        self.contacts: dict[str, Contact] = {}
+        self.pinged: dict[str, float] = {}
+        self.counters: Counter[str] = Counter()
+        bound = self.channels.endpoints()
+        self.endpoints = {
+            name: advertised(bound[name], spec.advertise_host) for name in ("heartbeat", "reply")
+        }
+        now = time.monotonic()
+        self.turn_started = self.poll_started = self.poll_until = now
+        self.last_beat = now
+        self.next_load = now
+        self.next_keys = now + 1.0
+        self.stopping = False
+        self.started = now
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.channels.replies, zmq.POLLIN)
+        poller.register(self.channels.heartbeat, zmq.POLLIN)
+        poller.register(self.leader, zmq.POLLIN)
+        self._send(edgewire.encode(edgewire.HELLO, self._hello()))
+        self.out.write(
+            f"pushjobs-edge {self.spec.name} ready heartbeat={self.endpoints['heartbeat']} "
+            f"reply={self.endpoints['reply']}\n"
+        )
+        self.out.flush()
+        while not self.stopping:
+            now = time.monotonic()
+            wait_s = max(0.0, min(MAX_WAIT_S, self._next_deadline(now) - now))
+            self.poll_started = now
+            self.poll_until = now + wait_s
+            ready = dict(poller.poll(round(wait_s * 1000)))
+            self.turn(ready)
+
+    def _next_deadline(self, now: float) -> float:
+        due = [self.next_load, now + MAX_WAIT_S]
+        deadline = self.liveness.next_deadline()
+        if deadline is not None:
+            due.append(deadline)
+        return min(due)
+
+    def turn(self, ready: dict[Any, int]) -> None:
+        now, now_ms = time.monotonic(), _now_ms()
+        blind_s = max(0.0, now - self.poll_until) + max(0.0, self.poll_started - self.turn_started)
+        self.turn_started = now
+        if blind_s > self.spec.interval_s:
+            log.warning("edge %s stalled for %.1f s: node deadlines moved", self.spec.name, blind_s)
+            self.counters["stalls"] += 1
+            self.liveness.stall(blind_s)
+        if self.leader in ready:
+            for frames in drain(self.leader, BATCH):
+                self.instruction(frames, now, now_ms)
+        if self.channels.replies in ready:
+            self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
+        else:
+            self.intake.idle()
+        if self.channels.heartbeat in ready:
+            self.channels.subscriptions()
+        self.timers(now, now_ms)
+        self.report(now)
+
+    def timers(self, now: float, now_ms: int) -> None:
+        deadline = self.liveness.next_deadline()
+        if deadline is not None and deadline <= now:
+            # Silence is judged on what was sent: read what waits first.
+            self.intake.receive(drain(self.channels.replies, BATCH), now, now_ms)
+        if now - self.last_beat > QUIET_AFTER * self.spec.interval_s:
+            # The leader publishes nothing (stopped, stalled): its nodes stop talking
+            # when they stop hearing it. Nobody is judged on that.
+            self.intake.counters["expiry_deferred_leader_quiet"] += 1
+        else:
+            self.intake.expire(now)
+        if now >= self.next_keys:
+            self.sessions.expire(now)
+            self._ping_stale(now, now_ms)
+            self.next_keys = now + 1.0
+            if os.getppid() != self.spec.parent_pid:
+                log.warning("edge %s: its leader process is gone; stopping", self.spec.name)
+                self.stopping = True
+
+    def report(self, now: float) -> None:
+        report = self.intake.take_report()
+        if now >= self.next_load:
+            report.load = self._load(now)
+            self.next_load = now + self.spec.interval_s / 2
+        elif not report:
+            return
+        self._send(edgewire.encode_report(report))
+
+    def _send(self, frames: list[bytes]) -> None:
+        try:
+            self.leader.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            self.counters["reports_dropped"] += 1
+
+    # --- the leader's instructions ------------------------------------------------------------
+
+    def instruction(self, frames: list[bytes], now: float, now_ms: int) -> None:
+        try:
+            kind, payload, rest = edgewire.decode(frames, edgewire.TO_EDGE)
+            if kind == edgewire.BEAT:
+                self._beat(rest, now)
+            elif kind == edgewire.KEYS:
+                self._keys(payload, now)
+            elif kind == edgewire.SEND:
+                self._fan_out(payload, rest, now, now_ms)
+            elif kind == edgewire.FORGET:
+                for node in payload:
+                    self._forget(str(node), now)
+            elif kind == edgewire.REVOKE:
+                self._revoke(payload, now, now_ms)
+        except (PushJobsError, KeyError, TypeError, ValueError) as exc:
+            self.counters["instructions_refused"] += 1
+            log.error("edge %s: instruction refused: %s", self.spec.name, exc)
+
+    def _beat(self, frames: list[bytes], now: float) -> None:
+        """Publish the leader's heartbeat. After a gap, the nodes fell silent because
+        they heard no server: they speak again once they count it online (their online
+        threshold), and get a full window from then before their silence counts."""
+        if now - self.last_beat > QUIET_AFTER * self.spec.interval_s:
+            spec = self.spec
+            self.liveness.grant(now, spec.online_threshold * spec.interval_s)
+            self.counters["leader_quiet"] += 1
+        self.last_beat = now
+        self.channels.publish(frames)
+
+    def _keys(self, payload: Any, now: float) -> None:
+        for node, kid, secret_b64, restarted, curve, endpoint in payload:
+            self.sessions.install(
+                SessionKey(str(kid), str(node), b64decode(secret_b64)),
+                now,
+                restarted=bool(restarted),
+            )
+            old = self.contacts.get(node)
+            if old is not None and old.curve != curve:
+                self.accepted.discard(old.curve)
+                self.channels.forget(old.endpoint, old.curve)
+            self.contacts[node] = Contact(str(endpoint), str(curve))
+            self.accepted.add(str(curve))
+
+    def _forget(self, node: str, now: float) -> None:
+        self.intake.forget(node, now)
+        self.sessions.revoke(node)
+        contact = self.contacts.pop(node, None)
+        if contact is not None:
+            self.accepted.discard(contact.curve)
+
+    def _revoke(self, payload: Any, now: float, now_ms: int) -> None:
+        for node, job_ids in payload:
+            contact = self.contacts.get(node)
+            if contact is not None:
+                for job_id in job_ids:
+                    frames = self.outbox.frames(Abort, now_ms, node=node, job_id=str(job_id))
+                    self.channels.send_command(contact.endpoint, contact.curve, frames)
+            self.sessions.revoke(node)
+            self.intake.forget(node, now)
+            if contact is not None:
+                self.accepted.discard(contact.curve)  # kept in contacts: to tell it later
+
+    def _fan_out(self, payload: Any, rest: list[bytes], now: float, now_ms: int) -> None:
+        kind, job_id, nodes = str(payload["kind"]), str(payload["job"]), payload["nodes"]
+        template: Commit | None = None
+        if kind == "commit":
+            decoded = codec.decode(rest[0])
+            if not isinstance(decoded, Commit):
+                raise ValueError("a commit instruction must carry a commit")
+            template = decoded
+        sent = 0
+        outbox, send_command = self.outbox, self.channels.send_command
+        for node in nodes:
+            contact = self.contacts.get(node)
+            signer = self.sessions.signer(node)
+            info = self.intake.nodes.get(node)
+            endpoint = info.command_endpoint if info is not None and info.command_endpoint else None
+            if contact is None or signer is None:
+                self.counters["unsendable"] += 1
+                continue
+            endpoint = endpoint or contact.endpoint
+            message: Message
+            if template is not None:
+                outbox.sequence += 1
+                message = dataclasses.replace(
+                    template,
+                    sender=outbox.sender,
+                    incarnation=outbox.incarnation,
+                    sequence=outbox.sequence,
+                    timestamp=now_ms,
+                    node=node,
+                )
+            elif kind == "run":
+                message = outbox.message(Run, now_ms, node=node, job_id=job_id)
+            else:
+                message = outbox.message(Abort, now_ms, node=node, job_id=job_id)
+            try:
+                frames = seal(message, signer, self.limits)
+            except PushJobsError:
+                self.counters["unsealable"] += 1
+                continue
+            if send_command(endpoint, contact.curve, frames):
+                sent += 1
+            self.intake.commanded(node, now)
+        self.counters[f"{kind}_sent"] += sent
+
+    def _ping_stale(self, now: float, now_ms: int) -> None:
+        for node in self.sessions.take_stale():
+            contact = self.contacts.get(node)
+            if contact is None or now - self.pinged.get(node, -STALE_PING_S) < STALE_PING_S:
+                continue
+            self.pinged[node] = now
+            frames = self.outbox.frames(Ping, now_ms, node=node, rediscover=True)
+            self.channels.send_command(contact.endpoint, contact.curve, frames)
+
+    # --- what it tells the leader -------------------------------------------------------------
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "edge": self.spec.name,
+            "incarnation": self.incarnation,
+            "endpoints": self.endpoints,
+            "pid": os.getpid(),
+        }
+
+    def _load(self, now: float) -> dict[str, Any]:
+        lag = self.intake.heartbeat_lag_ms
+        return {
+            **self._hello(),
+            "nodes": len(self.liveness),
+            "online": self.liveness.online_count,
+            "counters": dict(self.intake.counters + self.counters),
+            "drops": dict(self.intake.inbox.drops),
+            "backlog": self.intake.backlog,
+            "lag_p99_ms": _percentile(lag, 0.99),
+            "heartbeats": self.intake.counters["heartbeats"],
+            "heartbeat_lag_ms": {str(ms): n for ms, n in enumerate(lag) if n},
+            "command_sockets": self.channels.command_sockets,
+            "command_drops": self.channels.command_drops,
+        }
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _percentile(buckets: list[int], q: float) -> int:
+    total = sum(buckets)
+    if not total:
+        return 0
+    rank, acc = q * total, 0
+    for ms, count in enumerate(buckets):
+        acc += count
+        if acc >= rank:
+            return ms
+    return len(buckets) - 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,273 @@
+"""The leader's edges: started, supervised, and spoken to over the edge channel.
+
+Theory of operation. ``[server] edges = N`` starts N edge processes (``python -m
+server.edge``), each told on its stdin where the leader's channel is and what the server
+is. The channel is a ROUTER bound on loopback, CurveZMQ under the server's own key, ZAP
+admitting that key only: an edge proves it holds the server's identity. An edge says
+``hello`` with its endpoints, then reports at least twice an interval; one silent for
+``LOST_AFTER`` intervals, or whose process exited, is lost: its nodes are held online
+while they move (``server.core.edgeliveness``) and a dead process is started again after
+a pause that doubles while it keeps dying.
+
+Assignment: a node is placed at discovery on the live edge that rendezvous hashing
+(``server.core.rendezvous``) picks from its name, and that edge gets its session key
+before the node gets its config. Reports about a node from any other edge are ignored:
+only its edge speaks for it.
+
+Killed at any line: the edges see their parent gone and stop within a second; a new
+leader starts its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import zmq
+
+from pushjobs.errors import MalformedMessage
+from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
+from server.core import edgewire, rendezvous
+from server.core.edgewire import Report
+
+log = logging.getLogger("pushjobs.server")
+
+LOST_AFTER = 3.0  # intervals of silence: an edge reports twice an interval
+RESTART_MIN_S = 0.5
+RESTART_MAX_S = 30.0
+CHANNEL_HWM = 100_000
+CHANNEL_MAX_BYTES = 64 * 1024 * 1024  # a report carries a turn's replies
+BATCH = 4096
+
+
+@dataclass(slots=True)
+class EdgeState:
+    name: str
+    proc: subprocess.Popen[bytes] | None = None
+    route: bytes | None = None  # the ROUTER identity of its connection
+    incarnation: str = ""
+    endpoints: dict[str, str] = field(default_factory=dict)
+    heard: float = float("-inf")
+    live: bool = False
+    load: dict[str, Any] = field(default_factory=dict)
+    restart_at: float | None = None
+    backoff_s: float = RESTART_MIN_S
+    starts: int = 0
+    losses: int = 0
+
+
+class EdgePool:
+    def __init__(
+        self,
+        transport: Transport,
+        curve: CurveKeys,
+        *,
+        count: int,
+        spec: dict[str, Any],
+        interval_s: float,
+        now: float,
+    ) -> None:
+        self.curve = curve
+        self.interval_s = interval_s
+        self.router = transport.socket(
+            "router",
+            bind="tcp://127.0.0.1:0",
+            hwm=CHANNEL_HWM,
+            curve_server=curve,
+            allowed_clients=lambda key: key == curve.public,
+            max_message_bytes=CHANNEL_MAX_BYTES,
+        )
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.spec = {
+            **spec,
+            "leader_endpoint": bound_endpoint(self.router),
+            "parent_pid": os.getpid(),
+        }
+        self.edges = {
+            f"{spec['server_name']}-e{i}": EdgeState(f"{spec['server_name']}-e{i}")
+            for i in range(count)
+        }
+        self.by_route: dict[bytes, str] = {}
+        self.assigned: dict[str, str] = {}  # node -> edge, decided at its last discovery
+        self.refused = 0
+        for state in self.edges.values():
+            self._start(state, now)
+
+    # --- processes ------------------------------------------------------------------------
+
+    def _start(self, state: EdgeState, now: float) -> None:
+        spec = orjson.dumps({**self.spec, "name": state.name})
+        # stdout is the edge's ready line, for an operator running one by hand: not ours.
+        state.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.edge"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=False,
+        )
+        assert state.proc.stdin is not None
+        state.proc.stdin.write(spec)
+        state.proc.stdin.close()
+        state.starts += 1
+        state.restart_at = None
+        state.heard = now  # it has until LOST_AFTER intervals to say hello
+        log.info("edge %s started (pid %d)", state.name, state.proc.pid)
+
+    def tick(self, now: float) -> list[str]:
+        """Edges lost since the last call (silent, or their process exited); dead ones are
+        started again when their pause is over."""
+        lost = []
+        for state in self.edges.values():
+            exited = state.proc is not None and state.proc.poll() is not None
+            silent = now - state.heard > LOST_AFTER * self.interval_s
+            if state.live and (exited or silent):
+                state.live = False
+                state.losses += 1
+                lost.append(state.name)
+                why = f"exited ({state.proc.returncode})" if exited and state.proc else "silent"
+                log.warning("edge %s lost: %s; its nodes move to the other edges", state.name, why)
+            if exited and state.restart_at is None:
+                state.restart_at = now + state.backoff_s
+                state.backoff_s = min(RESTART_MAX_S, state.backoff_s * 2)
+            elif silent and not exited and state.proc is not None and state.restart_at is None:
+                # Alive but silent: stopped (SIGSTOP) or wedged. Kill it: a new one serves.
+                state.proc.kill()
+            if state.restart_at is not None and now >= state.restart_at:
+                if state.proc is not None:
+                    state.proc.wait()
+                if state.route is not None:
+                    self.by_route.pop(state.route, None)
+                    state.route = None
+                self._start(state, now)
+            if state.live and now - state.heard < self.interval_s:
+                state.backoff_s = RESTART_MIN_S  # serving again: a later death starts over
+        return lost
+
+    def ready(self) -> bool:
+        return all(state.live for state in self.edges.values())
+
+    def close(self) -> None:
+        procs = [
+            s.proc for s in self.edges.values() if s.proc is not None and s.proc.poll() is None
+        ]
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # --- the channel ----------------------------------------------------------------------
+
+    def receive(self, now: float) -> list[tuple[str, Report]]:
+        """What the edges said since the last call: hellos are taken here, reports returned."""
+        out = []
+        for frames in drain(self.router, BATCH):
+            route, body = frames[0], frames[1:]
+            try:
+                kind, payload, rest = edgewire.decode(body, edgewire.TO_LEADER)
+                if kind == edgewire.HELLO:
+                    self._hello(route, payload, now)
+                    continue
+                name = self.by_route.get(route)
+                if name is None:
+                    self.refused += 1
+                    continue
+                state = self.edges[name]
+                state.heard = now
+                report = edgewire.decode_report(payload, rest)
+                if report.load:
+                    state.load = report.load
+                if state.live:
+                    out.append((name, report))
+            except MalformedMessage as exc:
+                self.refused += 1
+                log.error("edge channel: refused a message: %s", exc)
+        return out
+
+    def _hello(self, route: bytes, payload: Any, now: float) -> None:
+        try:
+            name = str(payload["edge"])
+            endpoints = {k: str(payload["endpoints"][k]) for k in ("heartbeat", "reply")}
+        except (KeyError, TypeError) as exc:
+            raise MalformedMessage(f"edge hello: {exc!r}") from exc
+        state = self.edges.get(name)
+        if state is None:
+            raise MalformedMessage(f"hello from an edge this server did not start: {name!r}")
+        if state.route is not None:
+            self.by_route.pop(state.route, None)
+        state.route, state.endpoints, state.heard = route, endpoints, now
+        state.incarnation = str(payload.get("incarnation", ""))
+        state.live = True
+        self.by_route[route] = name
+        log.info(
+            "edge %s serving: heartbeat=%s reply=%s",
+            name,
+            endpoints["heartbeat"],
+            endpoints["reply"],
+        )
+
+    def send(self, edge: str, frames: list[bytes]) -> bool:
+        state = self.edges.get(edge)
+        if state is None or state.route is None:
+            return False
+        try:
+            self.router.send_multipart([state.route, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
+
+    def broadcast(self, frames: list[bytes]) -> None:
+        for state in self.edges.values():
+            if state.live:
+                self.send(state.name, frames)
+
+    # --- assignment -------------------------------------------------------------------------
+
+    def live(self) -> list[str]:
+        return [s.name for s in self.edges.values() if s.live]
+
+    def place(self, node: str) -> tuple[str, dict[str, str]] | None:
+        """The edge ``node`` belongs to now and its endpoints; None when no edge serves.
+        A node that moves is forgotten by the edge it leaves."""
+        edge = rendezvous.pick(node, self.live())
+        if edge is None:
+            return None
+        before = self.assigned.get(node)
+        if before is not None and before != edge:
+            self.send(before, edgewire.encode(edgewire.FORGET, [node]))
+        self.assigned[node] = edge
+        return edge, self.edges[edge].endpoints
+
+    def edge_of(self, node: str) -> str | None:
+        return self.assigned.get(node)
+
+    def status(self) -> list[dict[str, Any]]:
+        out = []
+        for state in self.edges.values():
+            load = state.load
+            out.append(
+                {
+                    "edge": state.name,
+                    "live": state.live,
+                    "pid": state.proc.pid if state.proc is not None else None,
+                    "starts": state.starts,
+                    "losses": state.losses,
+                    "nodes": load.get("nodes", 0),
+                    "online": load.get("online", 0),
+                    "backlog": load.get("backlog", False),
+                    "lag_p99_ms": load.get("lag_p99_ms", 0),
+                    "heartbeats": load.get("heartbeats", 0),
+                    "heartbeat_lag_ms": load.get("heartbeat_lag_ms", {}),
+                    "counters": load.get("counters", {}),
+                    "drops": load.get("drops", {}),
+                    "endpoints": state.endpoints,
+                }
+            )
+        return out

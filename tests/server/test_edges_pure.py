@@ -1,0 +1,195 @@
+"""The pure parts of the leader and its edges: placement, the channel's messages, the
+leader's liveness with edges, and what an edge passes on of its nodes' heartbeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from pushjobs.errors import MalformedMessage
+from pushjobs.protocol.framing import seal
+from pushjobs.protocol.inbox import Inbox
+from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.messages import AckCommit, NodeHeartbeat
+from pushjobs.protocol.signing import HmacSigner
+from server.core import edgewire, rendezvous
+from server.core.edgeliveness import EdgeLiveness
+from server.edge.edgeintake import TRICKLE_S, EdgeIntake
+from server.front.sessions import SessionKeys
+
+NODES = [f"node-{i:05d}" for i in range(20_000)]
+
+
+def test_nodes_spread_evenly_over_the_edges() -> None:
+    edges = ["e0", "e1", "e2", "e3"]
+    counts = {e: 0 for e in edges}
+    for node in NODES:
+        edge = rendezvous.pick(node, edges)
+        assert edge is not None
+        counts[edge] += 1
+    for count in counts.values():
+        assert abs(count - len(NODES) / 4) < 0.05 * len(NODES) / 4
+
+
+def test_adding_an_edge_moves_only_its_share_and_losing_one_only_its_nodes() -> None:
+    before = {n: rendezvous.pick(n, ["e0", "e1", "e2"]) for n in NODES}
+    after = {n: rendezvous.pick(n, ["e0", "e1", "e2", "e3"]) for n in NODES}
+    moved = [n for n in NODES if before[n] != after[n]]
+    assert all(after[n] == "e3" for n in moved)  # only onto the new edge
+    assert abs(len(moved) / len(NODES) - 1 / 4) < 0.02
+    lost = {n: rendezvous.pick(n, ["e0", "e2"]) for n in NODES}
+    assert all(lost[n] == before[n] for n in NODES if before[n] != "e1")
+
+
+def test_no_live_edge_places_nobody() -> None:
+    assert rendezvous.pick("node-1", []) is None
+
+
+def test_a_report_goes_through_the_channel_unchanged() -> None:
+    report = edgewire.Report(
+        online=[("n1", "inc", "tcp://h:1")],
+        offline=[("n2", "node went offline")],
+        restarted=[("n3", "inc2")],
+        beats=[("n1", "job", "running", 123), ("n4", None, None, 5)],
+        replies=[b"{}", b"[]"],
+        load={"nodes": 3},
+    )
+    kind, payload, rest = edgewire.decode(edgewire.encode_report(report), edgewire.TO_LEADER)
+    assert kind == edgewire.REPORT
+    assert edgewire.decode_report(payload, rest) == report
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"report"],
+        [b"nonsense", b"{}"],
+        [b"keys", b"{}"],  # a leader's instruction sent to the leader
+        [b"report", b"not json"],
+    ],
+)
+def test_what_does_not_parse_is_refused(frames: list[bytes]) -> None:
+    with pytest.raises(MalformedMessage):
+        edgewire.decode(frames, edgewire.TO_LEADER)
+
+
+@pytest.mark.parametrize(
+    "payload", [{}, {"online": [["n1"]], "offline": [], "restarted": [], "beats": []}]
+)
+def test_a_report_of_the_wrong_shape_is_refused(payload: object) -> None:
+    with pytest.raises(MalformedMessage):
+        edgewire.decode_report(payload, [])
+
+
+def _liveness() -> EdgeLiveness:
+    return EdgeLiveness(1.0, 3, 2)
+
+
+def test_a_reported_node_is_online_at_once_and_never_expires_on_its_own() -> None:
+    live = _liveness()
+    assert live.online("n1", "e0", 0.0) is not None
+    assert live.online("n1", "e0", 0.5) is None  # already online
+    assert live.expire(1000.0) == []
+    assert live.is_online("n1")
+    assert live.next_deadline() is None
+
+
+def test_a_lost_edges_nodes_are_held_then_offline_unless_another_edge_reports_them() -> None:
+    live = _liveness()
+    for node, edge in (("a", "e0"), ("b", "e0"), ("c", "e1")):
+        live.online(node, edge, 0.0)
+    assert live.edge_lost("e0", 10.0, hold_s=8.0) == 2
+    assert live.next_deadline() == 18.0
+    live.online("a", "e1", 12.0)  # moved: released
+    assert live.expire(17.9) == []
+    gone = live.expire(18.0)
+    assert [g.peer for g in gone] == ["b"]
+    assert live.is_online("a") and live.is_online("c") and not live.is_online("b")
+
+
+def test_the_leaders_stall_moves_the_holds() -> None:
+    live = _liveness()
+    live.online("a", "e0", 0.0)
+    live.edge_lost("e0", 1.0, hold_s=5.0)
+    live.stall(10.0)
+    assert live.expire(15.0) == []
+    assert [g.peer for g in live.expire(16.0)] == ["a"]
+
+
+def _edge() -> tuple[EdgeIntake, HmacSigner, SessionKeys]:
+    sessions = SessionKeys()
+    key = sessions.issue("n1", 0.0)
+    intake = EdgeIntake(Inbox(sessions.resolve, 30.0), LivenessTracker(1.0, 3, 2))
+    return intake, HmacSigner(key.key_id, key.secret), sessions
+
+
+class _Beats:
+    def __init__(self, signer: HmacSigner) -> None:
+        self.signer = signer
+        self.seq = 0
+
+    def frames(
+        self, now_ms: int, job_id: str | None = None, state: str | None = None
+    ) -> list[bytes]:
+        self.seq += 1
+        beat = NodeHeartbeat(
+            sender="n1",
+            incarnation="i1",
+            sequence=self.seq,
+            timestamp=now_ms,
+            command_endpoint="tcp://127.0.0.1:1",
+            job_id=job_id,
+            job_state=state,
+        )
+        return seal(beat, self.signer)
+
+
+WALL = 1_800_000_000_000
+
+
+def test_an_idle_node_tells_the_leader_only_that_it_came_online() -> None:
+    intake, signer, _ = _edge()
+    beats = _Beats(signer)
+    for i in range(10):
+        intake.receive([beats.frames(WALL + i * 1000)], float(i), WALL + i * 1000)
+    report = intake.take_report()
+    assert report.online == [("n1", "i1", "tcp://127.0.0.1:1")]
+    assert report.beats == []
+
+
+def test_a_job_state_change_is_passed_on_at_once_and_a_busy_node_trickles() -> None:
+    intake, signer, _ = _edge()
+    beats = _Beats(signer)
+    intake.receive([beats.frames(WALL)], 0.0, WALL)
+    intake.take_report()
+    intake.receive([beats.frames(WALL + 100, "j1", "running")], 0.1, WALL + 100)
+    assert [b[1:3] for b in intake.take_report().beats] == [("j1", "running")]
+    # The same state again: not before the trickle interval.
+    intake.receive([beats.frames(WALL + 200, "j1", "running")], 0.2, WALL + 200)
+    assert intake.take_report().beats == []
+    later = 0.1 + TRICKLE_S
+    intake.receive([beats.frames(WALL + 2200, "j1", "running")], later, WALL + 2200)
+    assert len(intake.take_report().beats) == 1
+    intake.receive([beats.frames(WALL + 2300)], later + 0.1, WALL + 2300)
+    assert [b[1:3] for b in intake.take_report().beats] == [(None, None)]
+
+
+def test_a_commanded_node_heartbeats_reach_the_leader_while_it_is_watched() -> None:
+    intake, signer, _ = _edge()
+    beats = _Beats(signer)
+    intake.receive([beats.frames(WALL)], 0.0, WALL)
+    intake.take_report()
+    intake.commanded("n1", 1.0)
+    intake.receive([beats.frames(WALL + 1500)], 1.5, WALL + 1500)
+    assert intake.take_report().beats == []  # built before the command could show
+    intake.receive([beats.frames(WALL + 3100)], 3.1, WALL + 3100)
+    assert len(intake.take_report().beats) == 1  # still shows nothing: a lost command
+
+
+def test_a_reply_is_passed_on_verified_and_a_forged_one_is_dropped() -> None:
+    intake, signer, _ = _edge()
+    ack = AckCommit(sender="n1", incarnation="i1", sequence=1, timestamp=WALL, job_id="j1")
+    frames = seal(ack, signer)
+    forged = seal(ack, HmacSigner(signer.key_id, b"x" * 32))
+    intake.receive([forged, frames], 0.0, WALL)
+    assert intake.take_report().replies == [frames[1]]
+    assert intake.inbox.drops["signature"] == 1
