@@ -8,8 +8,10 @@ the middle of a job crashes nobody.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,80 @@ def test_an_edge_killed_mid_job_crashes_nobody(edged: Fleet) -> None:
     edged.wait_online()
     again = edged.start("stamp")
     assert edged.wait_job(again["job_id"])["summary"] == {"succeeded": len(NODES)}
+
+
+def _offline_transitions(fleet: Fleet) -> int:
+    count: int = fleet.call("server.info")["transitions"]["offline"]
+    return count
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_an_edge_stopped_past_its_window_is_replaced_and_crashes_nobody(edged: Fleet) -> None:
+    victim = max(_edges(edged), key=lambda e: e["online"])
+    before = _offline_transitions(edged)
+    job = edged.start("count-slowly")
+    edged.wait_node_state(job["job_id"], NODES[0], "running")
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        # The leader finds it silent, kills it and starts another: a new pid, live.
+        wait_until(
+            lambda: any(
+                e["live"] and e["pid"] != victim["pid"]
+                for e in _edges(edged)
+                if e["edge"] == victim["edge"]
+            ),
+            20,
+            0.05,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim["pid"], signal.SIGCONT)
+    done = edged.wait_job(job["job_id"], timeout_s=60)
+    assert done["summary"] == {"succeeded": len(NODES)}, done
+    for node in NODES:
+        assert (edged.root / f"count-{node}").read_text().split() == ["x"]
+    edged.wait_online()
+    # Held while they moved: no node was ever offline.
+    assert _offline_transitions(edged) == before
+
+
+def test_an_edge_paused_briefly_judges_nobody(edged: Fleet) -> None:
+    victim = max(_edges(edged), key=lambda e: e["online"])
+    before = _offline_transitions(edged)
+    os.kill(victim["pid"], signal.SIGSTOP)
+    # Past the nodes' offline window (3 x 0.2 s), short of the edge's loss (3 intervals
+    # of silence): the edge resumes, and its own stall is no node's silence.
+    time.sleep(0.5)  # held fault, not a wait (noqa: not a wait)
+    os.kill(victim["pid"], signal.SIGCONT)
+    job = edged.start("stamp")
+    assert edged.wait_job(job["job_id"])["summary"] == {"succeeded": len(NODES)}
+    assert _offline_transitions(edged) == before
+    assert [e["pid"] for e in _edges(edged) if e["edge"] == victim["edge"]] == [victim["pid"]]
+
+
+@pytest.mark.parametrize("phase", ["voting", "running"])
+def test_the_leader_killed_mid_job_finishes_it_after_restart_with_new_edges(
+    edged: Fleet, phase: str
+) -> None:
+    old_edges = [e["pid"] for e in _edges(edged)]
+    job = edged.start("count-slowly")
+    if phase == "running":
+        for node in NODES:
+            edged.wait_node_state(job["job_id"], node, "running")
+    edged.sandbox.kill("server", signal.SIGKILL)
+    # The edges see their leader gone and stop.
+    wait_until(lambda: all(_gone(pid) for pid in old_edges), 10, 0.05)
+    edged.reconnect()
+    edged.sandbox.start_server()
+    done = edged.wait_job(job["job_id"], timeout_s=60)
+    assert done["state"] == "complete", done
+    for node in NODES:
+        assert (edged.root / f"count-{node}").read_text().split() == ["x"]
+    assert all(e["live"] and e["pid"] not in old_edges for e in _edges(edged))
