@@ -24,6 +24,14 @@ job's time to ``_batch_tick``. A node is told to run only as it leaves ``waiting
 is durable before the command leaves: a restored job never runs a node twice, nor forgets
 one that waits.
 
+A job that may wait for busy nodes (``busy_wait_ms``, ``job start --busy-wait``) and finds
+one of its targets held by another job is *gated* from ``start``: ``voting``, but no node
+is asked to commit; its busy nodes' rows say what they wait for (``note_busy``). The
+coordinator, which knows who holds what (``busywait.py``), calls ``open`` once they are
+free or at ``gate_until_ms``: the nodes still busy then vote no, saying so, the others
+are asked and have the whole vote timeout. A gated job's node lost meanwhile was never
+asked: ``unavailable``, not ``crashed``.
+
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. ``_node`` is the one place a node changes state,
