@@ -31,7 +31,6 @@ from pushjobs.cli.jobopts import (
     VoteTimeoutOpt,
 )
 from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
-from pushjobs.errors import ApiError
 from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
 
@@ -114,6 +113,10 @@ def read_env_file(path: Path) -> dict[str, str]:
     """``NAME=VALUE`` lines (blank lines and ``#`` comments skipped), all sent as secrets."""
     try:
         lines = path.read_text().splitlines()
+    except FileNotFoundError as exc:
+        # A missing input, as the exit-code table says (8), like a missing key file.
+        typer.echo(f"error: --env-file {path}: {exc.strerror}", err=True)
+        raise typer.Exit(int(Exit.NOT_FOUND)) from None
     except OSError as exc:
         raise usage(f"--env-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -412,13 +415,9 @@ def abort(
     Example: pushjobs job abort 1a2b3c
     """
     with userconfig.connect(config, server) as client, reading_reply():
-        try:
-            job = client.call("job.abort", {"job_id": job_id})["job"]
-        except ApiError as exc:
-            if exc.code != "conflict":
-                raise
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(int(Exit.FAILED)) from None
+        # A job that has ended is refused ``conflict``: exit code 10 (any other error), as
+        # the table says; it was 1, which says a job ran and part of it failed.
+        job = client.call("job.abort", {"job_id": job_id})["job"]
         if as_json:
             print_json(job)
         else:
