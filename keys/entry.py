@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from keys.identity import Kind, PublicIdentity, b64, check_kind, unb64
 from keys.keystates import KeyState
-from pushjobs.errors import KeyFileError
+from pushjobs.errors import KeyFileError, KeyRequestError
 
 Role = Literal["admin", "writer", "reader"]
 ROLES: tuple[Role, ...] = ("admin", "writer", "reader")
@@ -40,7 +40,7 @@ class Entry:
         if not isinstance(self.state, KeyState):
             raise KeyFileError(f"{self.name}: invalid state {self.state!r}")
         if self.kind != "user" and self.role is not None:
-            raise KeyFileError(f"{self.name} is a {self.kind}: only users have roles")
+            raise KeyRequestError(f"{self.name} is a {self.kind}: only users have roles")
         if self.kind == "user":
             check_role(self.role or "")
         if self.public.fingerprint != self.fingerprint:
@@ -51,7 +51,7 @@ class Entry:
         if public.kind == "user":
             role = check_role(role) if role is not None else DEFAULT_ROLE
         elif role is not None:
-            raise KeyFileError(f"{public.name} is a {public.kind}: only users have roles")
+            raise KeyRequestError(f"{public.name} is a {public.kind}: only users have roles")
         return cls(
             name=public.name,
             kind=public.kind,

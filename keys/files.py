@@ -23,7 +23,7 @@ from keys.identity import (
     check_name,
     unb64,
 )
-from pushjobs.errors import InsecureKeyFile, KeyFileError
+from pushjobs.errors import InsecureKeyFile, KeyFileError, MissingKeyFile
 
 
 def private_path(directory: Path, name: str) -> Path:
@@ -115,7 +115,7 @@ def _read(path: Path, *, private: bool) -> dict[str, object]:
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        raise KeyFileError(f"{path}: no such key file") from None
+        raise MissingKeyFile(f"{path}: no such key file") from None
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot read: {exc.strerror}") from None
     try:

@@ -102,6 +102,16 @@ class KeyFileError(PushJobsError):
     """A key file that cannot be read or parsed, or a key registry problem."""
 
 
+class MissingKeyFile(KeyFileError):
+    """No file where a key file was named: a missing input (the CLI's exit code 8), or a
+    setting naming a file that is not there (``userconfig``: exit code 9)."""
+
+
+class KeyRequestError(KeyFileError):
+    """A key change asked wrongly (a role for a key that is not a user's): a bad argument
+    (the CLI's exit code 2), as the server answers it ``bad_request``."""
+
+
 class InsecureKeyFile(KeyFileError):
     """A private key file that group or world can read or write."""
 
@@ -152,6 +162,11 @@ class FencedError(LogError):
 
 class BackendUnavailable(LogError):
     """The log backend cannot be reached."""
+
+
+class NoLogFile(BackendUnavailable):
+    """No SQLite log file at the path given: a reader (``pushjobs log``, ``archive``) was
+    pointed where there is none (the CLI's exit code 8)."""
 
 
 class ExecutionError(PushJobsError):

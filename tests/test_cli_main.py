@@ -12,7 +12,7 @@ import pytest
 
 from pushjobs import __version__
 from pushjobs.cli.exitcodes import for_error
-from pushjobs.errors import KeyFileError
+from pushjobs.errors import MissingKeyFile
 
 
 def pushjobs(*args: str, env_home: Path) -> subprocess.CompletedProcess[str]:
@@ -94,7 +94,8 @@ def test_simulate_refuses_a_missing_server_key_with_the_clis_exit_code(tmp_path)
         "simulate", "run", "--api", "tcp://127.0.0.1:1", "--server-key",
         str(tmp_path / "missing.pub"), "-n", "1", env_home=tmp_path,
     )  # fmt: skip
-    assert result.returncode == int(for_error(KeyFileError("missing")))
+    # A missing file named on the command line: a missing input (8), as the table says.
+    assert result.returncode == int(for_error(MissingKeyFile("missing")))
     assert "missing.pub" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -76,6 +76,9 @@ def for_error(exc: errors.PushJobsError) -> Exit:
     """The exit code an error ends the CLI with."""
     table: tuple[tuple[type[errors.PushJobsError], Exit], ...] = (
         (errors.ConfigError, Exit.CONFIG),
+        (errors.MissingKeyFile, Exit.NOT_FOUND),
+        (errors.KeyRequestError, Exit.USAGE),
+        (errors.NoLogFile, Exit.NOT_FOUND),
         (errors.Unreachable, Exit.UNREACHABLE),
         (errors.TransportError, Exit.CONFIG),  # a socket refused its endpoint (--server)
         (errors.Unauthorized, Exit.UNAUTHORIZED),

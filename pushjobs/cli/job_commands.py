@@ -17,6 +17,7 @@ from pushjobs.cli.follow import INTERRUPTED, follow
 from pushjobs.cli.jobopts import (
     BatchOpt,
     BatchWaitOpt,
+    BusyWaitOpt,
     CaptureOpt,
     CommandArg,
     CwdOpt,
@@ -30,7 +31,6 @@ from pushjobs.cli.jobopts import (
     VoteTimeoutOpt,
 )
 from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply, table
-from pushjobs.errors import ApiError
 from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState
 
@@ -59,6 +59,29 @@ def usage(message: str) -> typer.Exit:
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(text: str, option: str) -> float:
+    """``90`` (seconds, as ``--timeout``), ``90s``, ``15m``, ``2h``, ``1d``, or a sum like
+    ``1h30m``; a usage error names ``option``."""
+    expects = f"{option} expects a duration like 90s, 15m, 1h30m, 2d; got {text!r}"
+    total, number = 0.0, ""
+    for char in text.strip():
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in UNITS and number:
+            total += float(number) * UNITS[char]
+            number = ""
+        else:
+            raise usage(expects)
+    try:
+        total += float(number) if number else 0.0
+    except ValueError:
+        raise usage(expects) from None
+    if total <= 0:
+        raise usage(f"{option} must be more than 0")
+    return total
 
 
 def parse_env(pairs: list[str], option: str = "--env") -> dict[str, str]:
@@ -90,6 +113,10 @@ def read_env_file(path: Path) -> dict[str, str]:
     """``NAME=VALUE`` lines (blank lines and ``#`` comments skipped), all sent as secrets."""
     try:
         lines = path.read_text().splitlines()
+    except FileNotFoundError as exc:
+        # A missing input, as the exit-code table says (8), like a missing key file.
+        typer.echo(f"error: --env-file {path}: {exc.strerror}", err=True)
+        raise typer.Exit(int(Exit.NOT_FOUND)) from None
     except OSError as exc:
         raise usage(f"--env-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -170,6 +197,7 @@ def job_params(
     batch: str | None,
     batch_wait: float | None,
     max_failures: str | None,
+    busy_wait: str | None = None,
 ) -> dict[str, Any]:
     """The ``job.start`` params of the job options (``jobopts.py``), checked as far as
     the CLI can: ``job start`` and ``schedule add`` build them alike."""
@@ -194,6 +222,8 @@ def job_params(
         params["timeout_s"] = timeout
     if vote_timeout is not None:
         params["vote_timeout_s"] = vote_timeout
+    if busy_wait is not None:
+        params["busy_wait_s"] = duration_s(busy_wait, "--busy-wait")
     return params
 
 
@@ -213,6 +243,7 @@ def start(
     batch: BatchOpt = None,
     batch_wait: BatchWaitOpt = None,
     max_failures: MaxFailuresOpt = None,
+    busy_wait: BusyWaitOpt = None,
     nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
     abort_on_interrupt: Annotated[
         bool,
@@ -233,6 +264,8 @@ def start(
 
     Rolling: pushjobs job start deploy 'web-*' --batch 25% --batch-wait 5 --max-failures 2
 
+    Taking turns: pushjobs job start backup db-01 --busy-wait 10m (waits for db-01's job)
+
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
     """
@@ -250,6 +283,7 @@ def start(
         batch=batch,
         batch_wait=batch_wait,
         max_failures=max_failures,
+        busy_wait=busy_wait,
     )
     with userconfig.connect(config, server) as client, reading_reply():
         try:
@@ -381,13 +415,9 @@ def abort(
     Example: pushjobs job abort 1a2b3c
     """
     with userconfig.connect(config, server) as client, reading_reply():
-        try:
-            job = client.call("job.abort", {"job_id": job_id})["job"]
-        except ApiError as exc:
-            if exc.code != "conflict":
-                raise
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(int(Exit.FAILED)) from None
+        # A job that has ended is refused ``conflict``: exit code 10 (any other error), as
+        # the table says; it was 1, which says a job ran and part of it failed.
+        job = client.call("job.abort", {"job_id": job_id})["job"]
         if as_json:
             print_json(job)
         else:

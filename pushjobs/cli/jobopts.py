@@ -90,3 +90,15 @@ MaxFailuresOpt = Annotated[
         show_default=False,
     ),
 ]
+
+BusyWaitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--busy-wait",
+        metavar="DURATION",
+        help="Wait up to this long (90, 90s, 15m, 1h30m) for nodes busy with another job "
+        "before asking them to commit; a node still busy then refuses, saying so. Without "
+        "it a busy node refuses at once (a schedule's fire waits 5m).",
+        show_default=False,
+    ),
+]

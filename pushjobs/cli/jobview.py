@@ -43,7 +43,16 @@ def summary_text(job: Mapping[str, Any]) -> str:
 
 def headline(job: Mapping[str, Any]) -> str:
     """'job 1a2b3c complete: 2 succeeded', the last line of a job shown."""
-    return f"{_name(job)}: {summary_text(job)}"
+    return f"{_name(job)}: {summary_text(job)}{busy_text(job)}"
+
+
+def busy_text(job: Mapping[str, Any]) -> str:
+    """A job waiting for busy nodes (``--busy-wait``): '; waiting for busy nodes until
+    12:00:05' (else '')."""
+    until = job.get("gate_until_ms")  # a server before --busy-wait sends none
+    if until is None or job["state"] != "voting":
+        return ""
+    return f"; waiting for busy nodes until {local_time(int(until))[11:]}"
 
 
 def _name(job: Mapping[str, Any]) -> str:
@@ -66,7 +75,7 @@ def batch_text(job: Mapping[str, Any]) -> str:
 
 
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
-    return f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}"
+    return f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}{busy_text(job)}"
 
 
 def node_table(job: Mapping[str, Any]) -> str:

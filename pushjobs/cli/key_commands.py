@@ -20,7 +20,7 @@ import typer
 from keys import files
 from keys.identity import generate
 from pushjobs import paths
-from pushjobs.cli.exitcodes import Exit
+from pushjobs.cli.exitcodes import Exit, for_error
 from pushjobs.cli.keyadmin import Keys, target
 from pushjobs.cli.render import error, handle_errors, print_json, printable, table
 from pushjobs.errors import PushJobsError
@@ -366,7 +366,7 @@ def _each(
         try:
             result = {"ok": True, **one(item)}
         except PushJobsError as exc:
-            result = {"ok": False, label: item, "error": str(exc)}
+            result = {"ok": False, label: item, "error": str(exc), "exit": int(for_error(exc))}
             if not as_json:
                 # The server's words, which may quote what it was sent: one line.
                 message = printable(str(exc))
@@ -376,6 +376,10 @@ def _each(
                 typer.echo(say(result))
         results.append(result)
     if as_json:
-        print_json(results)
-    if not all(r["ok"] for r in results):
-        raise typer.Exit(int(Exit.FAILED))
+        print_json([{k: v for k, v in r.items() if k != "exit"} for r in results])
+    failed = {r["exit"] for r in results if not r["ok"]}
+    if failed:
+        # Nothing done, every item for one reason: that reason's code (a missing key file
+        # is 8, as for ``key show``); part done: 1, as the table says.
+        whole = len(failed) == 1 and not any(r["ok"] for r in results)
+        raise typer.Exit(failed.pop() if whole else int(Exit.FAILED))

@@ -9,10 +9,18 @@ from typing import Annotated, Any
 import typer
 
 from pushjobs.cli import userconfig
-from pushjobs.cli.job_commands import ConfigOpt, JsonOpt, ServerOpt, job_params, usage
+from pushjobs.cli.job_commands import (
+    ConfigOpt,
+    JsonOpt,
+    ServerOpt,
+    duration_s,
+    job_params,
+    usage,
+)
 from pushjobs.cli.jobopts import (
     BatchOpt,
     BatchWaitOpt,
+    BusyWaitOpt,
     CaptureOpt,
     CommandArg,
     CwdOpt,
@@ -31,7 +39,6 @@ from pushjobs.cli.server_commands import partition_label
 app = typer.Typer(help="Start jobs later: once, or on a cron schedule.", no_args_is_help=True)
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="A schedule id (schedule list).")]
-UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def when(ms: int | None) -> str:
@@ -44,26 +51,6 @@ def when(ms: int | None) -> str:
         # year out of range raises (``reading_reply``), not as an I/O error.
         raise ValueError(f"a time out of range: {ms} ms") from None
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def duration_s(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, or a sum like ``1h30m``."""
-    total, number = 0.0, ""
-    for char in text.strip():
-        if char.isdigit() or char == ".":
-            number += char
-        elif char in UNITS and number:
-            total += float(number) * UNITS[char]
-            number = ""
-        else:
-            raise usage(f"--in expects a duration like 90s, 15m, 1h30m, 2d; got {text!r}")
-    try:
-        total += float(number) if number else 0.0
-    except ValueError:
-        raise usage(f"--in expects a duration like 90s, 15m, 1h30m, 2d; got {text!r}") from None
-    if total <= 0:
-        raise usage("--in must be more than 0")
-    return total
 
 
 @app.command("add")
@@ -126,6 +113,7 @@ def add(
     batch: BatchOpt = None,
     batch_wait: BatchWaitOpt = None,
     max_failures: MaxFailuresOpt = None,
+    busy_wait: BusyWaitOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,
@@ -160,12 +148,13 @@ def add(
         batch=batch,
         batch_wait=batch_wait,
         max_failures=max_failures,
+        busy_wait=busy_wait,
     )
     params.update(tz=tz, catch_up=catch_up, overlap=overlap)
     if at:
         params["at"] = at
     elif in_:
-        params["in_s"] = duration_s(in_)
+        params["in_s"] = duration_s(in_, "--in")
     else:
         params["cron"] = cron
     with userconfig.connect(config, server) as client, reading_reply():

@@ -108,6 +108,14 @@ def load(path: Path | None, server: str | None = None) -> ClientSection:
 def connect(path: Path | None, server: str | None = None) -> ApiClient:
     section = load(path, server)
     assert section.server_key is not None and section.user_key is not None
+    for name, key_file in (("server_key", section.server_key), ("user_key", section.user_key)):
+        # A setting naming no file is the config's fault (exit code 9), not a missing input.
+        if not Path(key_file).exists():
+            raise ConfigError(
+                f"{key_file}: no such key file",
+                path=str(path or default_path()),
+                key=f"client.{name}",
+            )
     return ApiClient.from_files(
         section.endpoints(),
         section.server_key,

@@ -23,7 +23,12 @@ can persist the changes before it sends the commands that follow from them.
   that a node lost in flight no longer holds; ``unreported`` judges the commands the node
   should have had and did not, ``stale_hold`` a job it still holds that is over for it.
   Both only read the jobs; the caller sends and rate-limits;
-- ``tick`` applies vote and run deadlines.
+- ``tick`` applies vote and run deadlines;
+- a job that may wait for busy nodes (``Job.busy_wait_ms``, ``busywait.py``) and finds one
+  of its targets held by another job waits, *gated*, asking no node to commit; after every
+  input that may have freed a node (a reply, a lost node, an abort, a tick) the gated
+  jobs are looked at in creation order (``_release``): one whose targets are free now, or
+  whose bound passed, begins its vote.
 
 Every job has a ``version`` that grows with each change, for watchers. Time is wall ms.
 """
@@ -50,6 +55,7 @@ from pushjobs.protocol.messages import (
 )
 from pushjobs.quorum import Quorum
 from pushjobs.states import TERMINAL_NODE_STATES, JobState, NodeState
+from server.core.busywait import Blocked, Claims
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
 from server.core.finished import Finished, option_bytes
 from server.core.job import Job
@@ -111,6 +117,8 @@ class Coordinator:
         # Jobs whose version moved (or that were forgotten) since ``take_touched``: parked
         # watches look at these only, so a turn costs O(changed jobs), not O(watches).
         self.touched: set[str] = set()
+        # Jobs waiting for busy nodes before their vote, in creation order (``_release``).
+        self._gated: dict[str, Job] = {}
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -129,6 +137,7 @@ class Coordinator:
         requested_by: str,
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
+        busy_wait_ms: int = 0,
     ) -> list[Change]:
         if job_id in self.jobs:
             raise StateError(f"job {job_id} exists already")
@@ -142,10 +151,20 @@ class Coordinator:
             run_timeout_ms=run_timeout_ms,
             options=dict(options),
             requested_by=requested_by,
+            busy_wait_ms=busy_wait_ms,
         )
+        busy: dict[str, Blocked] = {}
+        if busy_wait_ms > 0:
+            # In line behind the jobs that wait already: none is overtaken.
+            claims = self._claims()
+            busy = claims.blocked(job.nodes)
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
-        out += job.start(online, now_ms, unheard=unheard, unheard_until_ms=unheard_until_ms)
+        out += job.start(
+            online, now_ms, unheard=unheard, unheard_until_ms=unheard_until_ms, busy=busy
+        )
+        if job.gated:
+            self._gated[job_id] = job
         self._after(job, out)
         return out
 
@@ -196,7 +215,7 @@ class Coordinator:
             self._output_nodes.setdefault(job.job_id, []).append(node)
             out.append(received)
         self._after(job, out)
-        return out
+        return out + self._release(now_ms)
 
     def _left_running(self, job: Job, node: str, message: Message) -> list[Change]:
         left = getattr(message, "left_running", ())
@@ -215,7 +234,7 @@ class Coordinator:
                 self._lost_slots.setdefault(node, set()).add(job_id)
             self._after(job, changes)
             out += changes
-        return out
+        return out + self._release(now_ms)
 
     def node_online(self, node: str) -> list[Send]:
         """Commands to repeat to a node that (re)appeared; no job or node state changes
@@ -225,6 +244,8 @@ class Coordinator:
             job = self.jobs[job_id]
             job.heard(node)
             state = job.nodes[node].state
+            if job.gated:
+                continue  # asked once its wait ends (``_release``)
             if job.state.value == "voting" and state is NodeState.NEW:
                 out.append(Send("commit", job_id, node))
             elif job.state.value == "running" and state is NodeState.READY:
@@ -242,13 +263,13 @@ class Coordinator:
             return []
         out: list[Change] = list(job.nack_commit(node, now_ms, reason))
         self._after(job, out)
-        return out
+        return out + self._release(now_ms)
 
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
         job = self.jobs[job_id]
         out: list[Change] = list(job.abort(now_ms, reason))
         self._after(job, out)
-        return out
+        return out + self._release(now_ms)
 
     def tick(self, now_ms: int) -> list[Change]:
         out: list[Change] = []
@@ -258,7 +279,7 @@ class Coordinator:
                 changes: list[Change] = list(job.tick(now_ms))
                 self._after(job, changes)
                 out += changes
-        return out
+        return out + self._release(now_ms)  # bounds passed, nodes freed by a deadline
 
     def restore(self, job: Job, version: int) -> None:
         """Put back a job read from the log (recovery)."""
@@ -271,6 +292,50 @@ class Coordinator:
                 self._lost_slots.setdefault(name, set()).add(job.job_id)
         if job.finished:
             self._retire(job.job_id)
+        elif job.gated:
+            self._gated[job.job_id] = job  # restored in log order: creation order
+
+    # --- waiting for busy nodes ------------------------------------------------------------
+
+    def _holder(self, node: str) -> str | None:
+        """A job that holds ``node`` (it votes or runs there); a gated job holds nothing."""
+        for job_id in self._active_by_node.get(node, ()):
+            job = self.jobs[job_id]
+            if not job.gated and job.nodes[node].state not in TERMINAL_NODE_STATES:
+                return job_id
+        return None
+
+    def _claims(self) -> Claims:
+        """A pass over the gated jobs in line, each one's nodes claimed."""
+        claims = Claims(self._holder)
+        for job in self._gated.values():
+            claims.claim(job.job_id, job.gate_nodes())
+        return claims
+
+    def _release(self, now_ms: int) -> list[Change]:
+        """Gated jobs, in line: each whose targets are free, or whose bound passed, begins
+        its vote; each other one's rows say what it waits for now."""
+        if not self._gated:
+            return []
+        out: list[Change] = []
+        claims = Claims(self._holder)
+        for job_id, job in list(self._gated.items()):
+            if not job.gated:  # ended meanwhile (aborted, its nodes lost)
+                del self._gated[job_id]
+                continue
+            nodes = job.gate_nodes()
+            blocked = claims.blocked(nodes)
+            going = not blocked or now_ms >= (job.gate_until_ms or 0)
+            claims.claim(job_id, nodes, went=going)
+            changes: list[Change]
+            if going:
+                del self._gated[job_id]
+                changes = list(job.open(now_ms, blocked))
+            else:
+                changes = [NodeAmended(job_id, n) for n in job.note_busy(blocked)]
+            self._after(job, changes)
+            out += changes
+        return out
 
     # --- heartbeats: what a node says it is doing -----------------------------------------
 
@@ -313,6 +378,8 @@ class Coordinator:
         for job_id in self._active_by_node.get(node, ()):
             job = self.jobs[job_id]
             state = job.nodes[node].state
+            if job.gated:
+                continue  # no commit asked yet: nothing was lost
             if job.state.value == "voting":
                 if state is NodeState.NEW:
                     out.append(Send("commit", job_id, node))

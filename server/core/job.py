@@ -24,6 +24,14 @@ job's time to ``_batch_tick``. A node is told to run only as it leaves ``waiting
 is durable before the command leaves: a restored job never runs a node twice, nor forgets
 one that waits.
 
+A job that may wait for busy nodes (``busy_wait_ms``, ``job start --busy-wait``) and finds
+one of its targets held by another job is *gated* from ``start``: ``voting``, but no node
+is asked to commit; its busy nodes' rows say what they wait for (``note_busy``). The
+coordinator, which knows who holds what (``busywait.py``), calls ``open`` once they are
+free or at ``gate_until_ms``: the nodes still busy then vote no, saying so, the others
+are asked and have the whole vote timeout. A gated job's node lost meanwhile was never
+asked: ``unavailable``, not ``crashed``.
+
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. ``_node`` is the one place a node changes state,
@@ -74,6 +82,7 @@ from server.core.batch import (
     next_start_ms,
     plan,
 )
+from server.core.busywait import Blocked, gave_up
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
 from server.core.sealing import redacted
 from server.core.snapshot import (
@@ -110,6 +119,10 @@ class Job:
     run_started_ms: int | None = None
     run_deadline_ms: int | None = None
     finished_ms: int | None = None
+    # ``job start --busy-wait``: how long the job may wait for busy targets before its
+    # vote (0: it does not wait), and while it waits, until when (``busywait.py``).
+    busy_wait_ms: int = 0
+    gate_until_ms: int | None = None
     chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
@@ -148,6 +161,7 @@ class Job:
         run_timeout_ms: int = 3_600_000,
         options: dict[str, Any] | None = None,
         requested_by: str = "",
+        busy_wait_ms: int = 0,
     ) -> Job:
         names = list(dict.fromkeys(nodes))
         if not names:
@@ -162,6 +176,7 @@ class Job:
             options=options or {},
             requested_by=requested_by,
             created_ms=now_ms,
+            busy_wait_ms=busy_wait_ms,
         )
 
     def note_left_running(self, node: str, left: tuple[str, ...]) -> bool:
@@ -235,9 +250,14 @@ class Job:
         *,
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
+        busy: Mapping[str, Blocked] | None = None,
     ) -> list[Effect]:
         """Begin voting: offline targets are unavailable, the others get a commit; the
-        ``unheard`` ones (after a takeover) are waited for until ``unheard_until_ms``."""
+        ``unheard`` ones (after a takeover) are waited for until ``unheard_until_ms``.
+
+        A job that may wait for busy nodes (``busy_wait_ms``) and finds some of its online
+        targets ``busy`` (``busywait.Claims``) sends no commit yet: it is ``gated``, its
+        nodes stay ``new`` (the busy ones say what they wait for) until ``open``."""
         if self.state is not JobState.NEW:
             raise StateError(f"job {self.job_id}: cannot start while {self.state}")
         alive = set(online)
@@ -246,16 +266,76 @@ class Job:
         self.started_ms = now_ms
         waited = {name for name in unheard if name not in alive and name in self.nodes}
         vote_deadline_ms = now_ms + self.vote_timeout_ms
-        self.vote_deadline_ms = self._unheard.wait(waited, unheard_until_ms, vote_deadline_ms)
+        vote_deadline_ms = self._unheard.wait(waited, unheard_until_ms, vote_deadline_ms)
+        self.vote_deadline_ms = vote_deadline_ms
         awaits = self._unheard.awaits
         for name in self.nodes:
             if name not in alive and not awaits(name):
                 self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
-        for name, record in self.nodes.items():
-            if record.state is NodeState.NEW and not awaits(name):
-                out.append(Send("commit", self.job_id, name))
+        blocked = {n: b for n, b in (busy or {}).items() if self._votes_now(n)}
+        if self.busy_wait_ms > 0 and blocked:
+            # Gated: the vote starts at ``open``; its deadline, until then, is the latest
+            # it can be (persisted: a restored job is bounded the same).
+            self.gate_until_ms = now_ms + self.busy_wait_ms
+            self.vote_deadline_ms = max(vote_deadline_ms, self.gate_until_ms + self.vote_timeout_ms)
+            self.note_busy(blocked)
+            return out
+        self._send_commits(out)
         self._maybe_end_voting(now_ms, out, deadline_passed=False)
         return out
+
+    # --- waiting for busy nodes (``busywait.py``) ---------------------------------------
+
+    @property
+    def gated(self) -> bool:
+        """Voting has not begun: the job waits for busy targets."""
+        return self.gate_until_ms is not None and self.state is JobState.VOTING
+
+    def _votes_now(self, name: str) -> bool:
+        record = self.nodes.get(name)
+        return (
+            record is not None and record.state is NodeState.NEW and not self._unheard.awaits(name)
+        )
+
+    def gate_nodes(self) -> list[str]:
+        """The targets a gated job waits to ask (``new``, heard), in target order."""
+        return [name for name in self.nodes if self._votes_now(name)]
+
+    def note_busy(self, blocked: Mapping[str, Blocked]) -> list[str]:
+        """A gated job's rows say what each node waits for; the nodes whose row changed
+        (no change of state: the caller persists them as amended)."""
+        changed = []
+        for name in self.gate_nodes():
+            why = blocked[name].reason() if name in blocked else ""
+            record = self.nodes[name]
+            if record.reason != why:
+                record.reason = why
+                self._rows.pop(name, None)
+                changed.append(name)
+        return changed
+
+    def open(self, now_ms: int, blocked: Mapping[str, Blocked]) -> list[Effect]:
+        """End a gated job's wait: the nodes in ``blocked`` (still busy at the bound) vote
+        no, saying so; the others are asked to commit, and have ``vote_timeout_ms``."""
+        out: list[Effect] = []
+        if not self.gated:
+            return out
+        assert self.gate_until_ms is not None and self.started_ms is not None
+        waited = now_ms - self.started_ms
+        self.gate_until_ms = None
+        self.vote_deadline_ms = now_ms + self.vote_timeout_ms
+        for name in self.gate_nodes():
+            self.nodes[name].reason = ""
+            self._rows.pop(name, None)
+            if name in blocked:
+                reason = gave_up(blocked[name], waited)
+                self._node(name, NodeEvent.NACK_COMMIT, now_ms, out, reason=reason)
+        self._send_commits(out)
+        self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    def _send_commits(self, out: list[Effect]) -> None:
+        out.extend(Send("commit", self.job_id, name) for name in self.gate_nodes())
 
     def ack_commit(self, node: str, now_ms: int) -> list[Effect]:
         record = self.nodes.get(node)
@@ -306,7 +386,9 @@ class Job:
         if not restarted:
             self._hold_slot(node)
         # One this leader has yet to hear from was never asked to commit: not crashed.
-        event = NodeEvent.UNHEARD if self._unheard.lost(node) else NodeEvent.LOST
+        # One a gated job never asked either (``open`` had not come).
+        never_asked = self._unheard.lost(node) or self.gated
+        event = NodeEvent.UNHEARD if never_asked else NodeEvent.LOST
         self._node(node, event, now_ms, out, reason=reason)
         if self.state is JobState.VOTING:
             self._maybe_end_voting(now_ms, out, deadline_passed=False)
@@ -347,7 +429,9 @@ class Job:
             return out
         if self.state is JobState.VOTING:
             self._hear_no_more(now_ms, out)
-            passed = now_ms >= (self.vote_deadline_ms or 0)
+            # A gated job's bound is the coordinator's to apply (``open``): it knows who
+            # is busy. Its vote deadline falls after the bound.
+            passed = now_ms >= (self.vote_deadline_ms or 0) and not self.gated
             self._maybe_end_voting(now_ms, out, deadline_passed=passed)
             return out
         if self._window is not None:  # per-node run deadlines, and the next start
@@ -375,6 +459,8 @@ class Job:
 
     def rearm(self, earliest_ms: int) -> None:
         """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover)."""
+        if self.gated and (self.gate_until_ms or 0) < earliest_ms:
+            self.gate_until_ms = earliest_ms  # who is busy is known once nodes are heard
         if self.state is JobState.VOTING and (self.vote_deadline_ms or 0) < earliest_ms:
             self.vote_deadline_ms = earliest_ms
         elif self._window is not None:
@@ -384,7 +470,10 @@ class Job:
 
     def next_deadline_ms(self) -> int | None:
         if self.state is JobState.VOTING:
-            return self._unheard.deadline_ms(self.vote_deadline_ms)
+            due = self._unheard.deadline_ms(self.vote_deadline_ms)
+            if self.gated and self.gate_until_ms is not None:
+                return self.gate_until_ms if due is None else min(due, self.gate_until_ms)
+            return due
         if self.state is not JobState.RUNNING:
             return None
         if self._window is None:
@@ -480,6 +569,8 @@ class Job:
             "run_started_ms": self.run_started_ms,
             "run_deadline_ms": self.run_deadline_ms,
             "finished_ms": self.finished_ms,
+            "busy_wait_ms": self.busy_wait_ms,
+            "gate_until_ms": self.gate_until_ms,
             "summary": self.summary(),
             "targets": len(self.nodes),
             **self._batch_fields(),
@@ -520,6 +611,9 @@ class Job:
             run_started_ms=snap["run_started_ms"],
             run_deadline_ms=snap["run_deadline_ms"],
             finished_ms=snap["finished_ms"],
+            # A job written before ``--busy-wait`` has neither: it never waits.
+            busy_wait_ms=int(snap.get("busy_wait_ms") or 0),
+            gate_until_ms=snap.get("gate_until_ms"),
             chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 

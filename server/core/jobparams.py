@@ -41,6 +41,9 @@ class JobRequest:
     run_timeout_s: float | None
     vote_timeout_s: float | None
     options: dict[str, Any]
+    # How long the job may wait for busy nodes before its vote (``busywait.py``); None:
+    # it does not wait (a busy node refuses it). A schedule's fire: its own wait's bound.
+    busy_wait_s: float | None = None
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -180,6 +183,7 @@ def job_params(
         "quorum": quorum,
         "timeout_s": _num(params, "timeout_s"),
         "vote_timeout_s": _num(params, "vote_timeout_s"),
+        "busy_wait_s": _num(params, "busy_wait_s"),
         "options": options,
     }
 
@@ -208,4 +212,5 @@ def job_request(job: Mapping[str, Any]) -> JobRequest:
         run_timeout_s=_num(job, "timeout_s"),
         vote_timeout_s=_num(job, "vote_timeout_s"),
         options=dict(job.get("options") or {}),
+        busy_wait_s=_num(job, "busy_wait_s"),  # kept by a version before it: None
     )

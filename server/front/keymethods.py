@@ -23,7 +23,7 @@ from keys import admin
 from keys.identity import PublicIdentity, check_kind
 from keys.registry import KeyRegistry
 from pushjobs.api import methods
-from pushjobs.errors import ApiError, KeyFileError
+from pushjobs.errors import ApiError, KeyFileError, KeyRequestError
 
 Handler = Callable[[Mapping[str, Any], str], Any]
 
@@ -77,7 +77,10 @@ class KeyAdmin:
     def role(self, params: Mapping[str, Any], caller: str) -> Any:
         self._leader()
         name, role = str(_text(params, "name")), str(_text(params, "role"))
-        return {"key": admin.set_role(self.registry, name, role)}
+        try:
+            return {"key": admin.set_role(self.registry, name, role)}
+        except KeyRequestError as exc:  # a role for a node's key: asked wrongly (exit 2)
+            raise _bad(str(exc)) from None
 
     def add(self, params: Mapping[str, Any], caller: str) -> Any:
         self._leader()
@@ -91,7 +94,10 @@ class KeyAdmin:
         except (ValueError, KeyFileError) as exc:
             raise _bad(f"not a public key: {exc}") from None
         role = _text(params, "role", required=False)
-        return {"key": admin.add(self.registry, public, role, params.get("accept") is True)}
+        try:
+            return {"key": admin.add(self.registry, public, role, params.get("accept") is True)}
+        except KeyRequestError as exc:  # a role for a node's key: asked wrongly (exit 2)
+            raise _bad(str(exc)) from None
 
     def _leader(self) -> None:
         """Changes to a registry in the log are the leader's (``server/shell/keyregistry.py``): a

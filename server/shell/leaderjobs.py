@@ -230,6 +230,7 @@ class Jobs:
             "quorum": str(request.quorum),
             "run_timeout_s": run_timeout_s,
             "vote_timeout_s": vote_timeout_s,
+            "busy_wait_s": request.busy_wait_s,
             "options": request.options,
             "requested_by": caller,
             "created_ms": now_ms,
@@ -251,6 +252,7 @@ class Jobs:
             requested_by=caller,
             unheard=self._awaited(targets, unheard),
             unheard_until_ms=self.grace_until_ms,
+            busy_wait_ms=round((request.busy_wait_s or 0) * 1000),
         )
         log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
         return job_id

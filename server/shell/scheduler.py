@@ -15,10 +15,11 @@ fire read twice (the owner on the leader hands it over at once, then it is read)
 completed by a new leader starts one job. After a takeover, starts wait, for at most
 ``settle_ms``, until the nodes a fire targets are online again, so a restart alone does
 not make a fire find its nodes away. And a fire starts only once its online targets are
-free of other jobs (``_free``, in due order, for at most ``BUSY_WAIT_MS``): a node runs one
-job at a time and would refuse it ``busy``, so fires released together after an outage
-would all fail but one. Until it starts a fire is not committed, so a next leader reads
-it again.
+free of other jobs (``_free``, in due order, for at most the schedule's ``busy_wait_s``,
+5 minutes unless set): a node runs one job at a time and would refuse it ``busy``, so fires
+released together after an outage would all fail but one. Who waits for what is decided as
+for a job started with ``--busy-wait`` (``core/busywait.py``); a fire waits before its job
+exists, though: until it starts it is not committed, so a next leader reads it again.
 
 Killed at any line: an owner killed before a fire's write leaves the due time unsettled
 and the partition's next owner finds it due; after it, the record is in the log and the
@@ -31,7 +32,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -41,6 +42,7 @@ from pushjobs.clock import Clock
 from pushjobs.errors import ApiError, LogError, NotFound, PushJobsError, ScheduleError
 from pushjobs.log.base import TopicPolicy
 from pushjobs.log.retry import Outage
+from server.core.busywait import DEFAULT_FIRE_WAIT_MS, Claims, seconds
 from server.core.jobparams import JobRequest, job_params, job_request
 from server.core.schedfiring import DEFAULT_GRACE_MS, Fire
 from server.core.schedshards import DEFAULT_PARTITIONS, partition_topics, topic_of
@@ -66,9 +68,8 @@ SETTLE_POLL_MS = 100
 FOLLOW_EVERY_MS = 200  # how often the partitions are read for what others wrote
 DEFAULT_SETTLE_MS = 15_000
 # How long a fire waits for its targets to be free of other jobs before it starts anyway
-# (and a node still busy refuses it ``busy``): a bound, so a node held by a long job delays
-# a fire, never holds it for good.
-BUSY_WAIT_MS = 300_000
+# (and a node still busy refuses it ``busy``), unless its schedule says (``--busy-wait``).
+BUSY_WAIT_MS = DEFAULT_FIRE_WAIT_MS
 WAITED_KEPT = 10_000  # ``schedule history`` notes of fires that waited, this leader's
 
 
@@ -79,11 +80,6 @@ class Waiting:
     since_ms: int  # when this leader first found it so
     targets: list[str]  # as selected then
     why: str = ""  # ``n1 busy with job X``, as last found
-
-
-def seconds(ms: int) -> str:
-    """``0.4``, ``12``, ``300``: a wait for people."""
-    return f"{ms / 1000:.1f}".removesuffix(".0")
 
 
 class Scheduler:
@@ -303,14 +299,16 @@ class Scheduler:
 
     def _free(self, now_ms: int) -> list[Fire]:
         """The fires to start now, in due order: each whose targets no other job holds
-        (nor a fire before it, started now or waiting), or that waited ``BUSY_WAIT_MS``.
+        (nor a fire before it, started now or waiting), or that waited its bound.
 
         A node runs one job at a time and refuses another ``busy``: fires released
         together (after an outage, or due together) would all fail but one. One held back
         stays unstarted, so not committed: a next leader reads it again, and its job id
         is started at most once whoever starts it (issue 27)."""
         coordinator = self.jobs.coordinator
-        claimed: dict[str, str] = {}  # node -> the fire (job id) before in this order
+        # In line with the jobs started ``--busy-wait`` that wait (they hold no node):
+        # the first to wait goes first, whoever started it.
+        claims = Claims(lambda node: next(iter(coordinator.holding(node)), None))
         # Only a node that will be asked to commit can refuse: an offline one is not waited
         # for (the job finds it unavailable, as it would have).
         online = set(self.jobs.liveness.online_peers())
@@ -321,19 +319,11 @@ class Scheduler:
                 out.append(fire)  # started already (read again): nothing to wait for
                 continue
             targets = waiting.targets if waiting is not None else self._targets(fire)
-            held: tuple[str, str] | None = None
-            for node in targets:
-                if node not in online:
-                    continue
-                earlier = claimed.get(node)
-                if earlier is not None:  # promised to a fire due before (waiting too)
-                    held = (node, f"{earlier} (due before)")
-                    break
-                holder = next(iter(coordinator.holding(node)), None)
-                if holder is not None:
-                    held = (node, holder)
-                    break
-            claimed.update((node, fire.job_id) for node in targets if node in online)
+            nodes = [node for node in targets if node in online]
+            blocked = claims.blocked(nodes)
+            held = next((blocked[node] for node in nodes if node in blocked), None)
+            # Started now, it holds them (a fire due after is busy with it, not queued).
+            claims.claim(fire.job_id, nodes, went=held is None)
             if held is None:
                 if waiting is not None:
                     waited = seconds(now_ms - waiting.since_ms)
@@ -342,12 +332,13 @@ class Scheduler:
                 continue
             if waiting is None:
                 waiting = self.waiting[fire.job_id] = Waiting(now_ms, targets)
-            waiting.why = f"{held[0]} busy with job {held[1]}"
-            if now_ms - waiting.since_ms >= BUSY_WAIT_MS:
+            waiting.why = held.why()
+            if now_ms - waiting.since_ms >= self._bound_ms(fire):
                 waited = seconds(now_ms - waiting.since_ms)
-                node, holder = held
                 self._note(
-                    fire, f"fired after waiting {waited} s: {node} still busy with job {holder}"
+                    fire,
+                    f"fired after waiting {waited} s: {held.node} still busy with job "
+                    f"{held.holder}",
                 )
                 log.warning(
                     "schedule %s: fire due at %d started after waiting %s s: %s",
@@ -358,6 +349,14 @@ class Scheduler:
                 )
                 out.append(fire)
         return out
+
+    def _bound_ms(self, fire: Fire) -> int:
+        """How long ``fire`` may wait for busy nodes: its schedule's ``--busy-wait``."""
+        entry = self.catalog.entries.get(fire.schedule_id)
+        wait_s = entry.schedule.job.get("busy_wait_s") if entry is not None else None
+        if isinstance(wait_s, int | float) and not isinstance(wait_s, bool) and wait_s > 0:
+            return round(wait_s * 1000)
+        return BUSY_WAIT_MS
 
     def _targets(self, fire: Fire) -> list[str]:
         """The nodes ``fire`` would target now; [] if it cannot say (``_start`` will)."""
@@ -383,7 +382,8 @@ class Scheduler:
             return  # deleted since
         request: JobRequest | None = None
         try:
-            request = job_request(entry.schedule.job)
+            # The fire waited for busy nodes here already: its job does not wait again.
+            request = replace(job_request(entry.schedule.job), busy_wait_s=None)
             self.jobs.start(
                 request,
                 f"schedule:{fire.schedule_id}",

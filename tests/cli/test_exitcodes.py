@@ -102,7 +102,10 @@ def test_shell_completion_is_offered_and_completes_commands() -> None:
     ("error", "code"),
     [
         (errors.ConfigError("bad"), Exit.CONFIG),
-        (errors.KeyFileError("no such key file"), Exit.ERROR),
+        (errors.KeyFileError("not a key file"), Exit.ERROR),
+        (errors.MissingKeyFile("no such key file"), Exit.NOT_FOUND),
+        (errors.NoLogFile("no log file here"), Exit.NOT_FOUND),
+        (errors.BackendUnavailable("disk full"), Exit.ERROR),
         (errors.UnknownIdentity("no key named x"), Exit.NOT_FOUND),
         (errors.Unreachable("silence"), Exit.UNREACHABLE),
         (errors.TransportError("cannot set up the dealer socket: Invalid argument"), Exit.CONFIG),

@@ -178,3 +178,34 @@ def test_a_fire_waiting_for_its_node_is_outstanding_for_the_overlap_policy() -> 
                 run_to_the_end(a, clock, "n1", job.job_id)
     queue = a.call("schedule.history", schedule_id=sids["queue"])["fires"]
     assert len(queue) == 3 and all(f["job_state"] == "complete" for f in queue)
+
+
+def test_a_schedule_may_bound_its_own_wait() -> None:
+    """``schedule add --busy-wait 10s``: its fires wait 10 s for a busy node, not 300."""
+    clock = FakeClock(wall_ms=1_800_000_000_000)
+    a = Server(MemoryStore(), clock, "a")
+    a.lead()
+    online(a, clock, "n1")
+    first = add(a, 1000)
+    added = a.call("schedule.add", command="stamp", nodes=["n1"], in_s=1.2, busy_wait_s=10)
+    second = str(added["schedule"]["schedule_id"])
+    clock.advance(1.5)
+    a.tick()
+    [holder] = a.jobs.coordinator.jobs
+    assert (
+        a.call("schedule.history", schedule_id=first)["fires"][0]["job_id"] == holder
+    )  # due first
+    reply(a, clock, AckCommit, "n1", holder)
+    reply(a, clock, AckRun, "n1", holder)  # a long run: n1 stays busy
+    clock.advance(9)
+    online(a, clock, "n1")
+    a.tick()
+    assert len(a.jobs.coordinator.jobs) == 1  # still waiting
+    clock.advance(1)
+    online(a, clock, "n1")
+    a.tick()
+    assert len(a.jobs.coordinator.jobs) == 2
+    [fire] = a.call("schedule.history", schedule_id=second)["fires"]
+    assert fire["outcome"].startswith("fired after waiting 10 s: n1 still busy with job")
+    started = a.jobs.coordinator.jobs[fire["job_id"]]
+    assert started.busy_wait_ms == 0 and not started.gated  # waited once, not again

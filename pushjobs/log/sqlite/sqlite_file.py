@@ -21,7 +21,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from pushjobs.errors import BackendUnavailable, LogCorrupt, LogError
+from pushjobs.errors import BackendUnavailable, LogCorrupt, LogError, NoLogFile
 
 MAGIC = "pushjobs-log"
 SCHEMA_VERSION = 1
@@ -106,7 +106,7 @@ def connect(path: Path, *, create: bool, busy_timeout_s: float) -> sqlite3.Conne
     """An open, checked connection to the log at ``path`` (created if allowed and absent)."""
     if not path.exists():
         if not create:
-            raise BackendUnavailable(f"{path}: no log file here")
+            raise NoLogFile(f"{path}: no log file here")
         _create(path)
     check_file(path)
     uri = f"{path.absolute().as_uri()}?mode=rw"
