@@ -318,10 +318,11 @@ class Server:
         if self.handshakes.socket in ready:
             self.handshakes.receive(now)
         if self.edges is not None and self.edges.router in ready:
-            for edge, report in self.edges.receive(now):
+            for edge, report in self.edges.receive(now, now_ms):
                 self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
         self.timers()
         self.flush()
+        self.intake.log_transitions()
 
     def await_edges(self) -> None:
         """Serve once every edge said hello (nodes are placed on live edges only), or
@@ -338,7 +339,7 @@ class Server:
                 )
                 return
             if self.edges.router.poll(round(MAX_WAIT_S * 1000)):
-                self.edges.receive(now)
+                self.edges.receive(now, self.clock.wall_ms())
             self.edges.tick(now)
 
     def wait_s(self) -> float:
@@ -444,6 +445,8 @@ class Server:
             leading=self.leadership.leader,
             leader_api=self.membership.leader_api,
         )
+        if self.edges is not None:
+            self.edges.flush_keys()  # after the registry writes: the edges may admit them
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)
 

@@ -89,6 +89,8 @@ def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"max {_ms(lag['max_ms'])} ({info.get('heartbeats', 0):,} heartbeats)",
             )
         )
+    for edge in info.get("edges") or []:
+        rows.append(("edge", _edge_line(edge)))
     outage = info.get("log_outage")
     if outage:
         rows.append(
@@ -121,6 +123,24 @@ def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _edge_line(edge: Mapping[str, Any]) -> str:
+    """One edge: whether it serves, its nodes, its heartbeat lag, and what it is behind
+    on or dropped (an edge that cannot keep up says so here)."""
+    state = "serving" if edge.get("live") else "NOT SERVING (restarting)"
+    text = (
+        f"{edge['edge']} {state}, pid {edge.get('pid')}, {edge.get('online', 0):,} of "
+        f"{edge.get('nodes', 0):,} nodes online, lag p99 {_ms(edge.get('lag_p99_ms'))}"
+    )
+    if edge.get("backlog"):
+        text += ", BEHIND (heartbeats waiting to be read; nobody is judged meanwhile)"
+    dropped = sum((edge.get("drops") or {}).values())
+    if dropped:
+        text += f", {dropped:,} messages dropped ({_counts(edge['drops'])})"
+    if edge.get("losses"):
+        text += f", lost {edge['losses']} times"
+    return text
+
+
 def render(info: Mapping[str, Any]) -> str:
     rows = lines(info)
     width = max(len(label) for label, _ in rows)
@@ -131,8 +151,8 @@ def render(info: Mapping[str, Any]) -> str:
 @app.command("status")
 @handle_errors
 def status(config: ConfigOpt = None, server: ServerOpt = None, as_json: JsonOpt = False) -> None:
-    """Leader, epoch, uptime, nodes and jobs by state, drops, heartbeat lag, log append
-    latency and GC pauses of the server.
+    """Leader, epoch, uptime, nodes and jobs by state, drops, heartbeat lag, each edge
+    (its nodes, lag, backlog, drops), log append latency and GC pauses of the server.
 
     Example: pushjobs server status --json
     """

@@ -215,7 +215,9 @@ class Coordinator:
             self._output_nodes.setdefault(job.job_id, []).append(node)
             out.append(received)
         self._after(job, out)
-        return out + self._release(now_ms)
+        # Gated jobs are looked at on the next tick (every turn), not per reply: a pass
+        # costs O(their nodes), and a 100,000-node job brings 300,000 replies.
+        return out
 
     def _left_running(self, job: Job, node: str, message: Message) -> list[Change]:
         left = getattr(message, "left_running", ())
@@ -234,7 +236,7 @@ class Coordinator:
                 self._lost_slots.setdefault(node, set()).add(job_id)
             self._after(job, changes)
             out += changes
-        return out + self._release(now_ms)
+        return out  # gated jobs: on the next tick, as for replies
 
     def node_online(self, node: str) -> list[Send]:
         """Commands to repeat to a node that (re)appeared; no job or node state changes

@@ -9,8 +9,10 @@ crash of either loop.
 Leader -> edge (one message per kind and turn, lists inside: per batch, never per node):
 
     beat      the signed server heartbeat, as published: the edge re-publishes it
-    keys      session keys issued at discovery: [node, key id, secret (b64), restarted,
-              node curve key, command endpoint]
+    keys      a numbered batch of the session keys issued at discovery: [node, key id,
+              secret (b64), restarted, node curve key, command endpoint]; the edge's
+              reports say the last batch it holds, and the leader holds each node's
+              config reply until then (the edge's sockets admit only keys it was given)
     revoke    nodes whose key was revoked: [node, [job ids to abort now]]
     send      one command kind for one job to many nodes: {kind, job, nodes, body}
     forget    nodes that now belong to another edge
@@ -56,6 +58,7 @@ class Report:
     beats: list[tuple[str, str | None, str | None, int]] = field(default_factory=list)
     replies: list[bytes] = field(default_factory=list)  # bodies of verified messages
     load: dict[str, Any] = field(default_factory=dict)
+    keys_applied: int = 0  # the last batch of session keys the edge holds (``keys``)
 
     def __bool__(self) -> bool:
         return bool(self.online or self.offline or self.restarted or self.beats or self.replies)
@@ -72,6 +75,7 @@ def encode_report(report: Report) -> list[bytes]:
         "restarted": report.restarted,
         "beats": report.beats,
         "load": report.load,
+        "keys_applied": report.keys_applied,
     }
     return [REPORT, orjson.dumps(head), *report.replies]
 
@@ -103,6 +107,7 @@ def decode_report(payload: Any, rest: list[bytes]) -> Report:
             ],
             replies=rest,
             load=dict(payload.get("load") or {}),
+            keys_applied=int(payload.get("keys_applied", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedMessage(f"edge report: {exc!r}") from exc

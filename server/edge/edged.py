@@ -138,6 +138,8 @@ class Edge:
             Inbox(self.sessions.resolve, spec.max_skew_s, self.limits), self.liveness
         )
         self.contacts: dict[str, Contact] = {}
+        self.keys_applied = 0
+        self.acknowledge = False
         self.pinged: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         bound = self.channels.endpoints()
@@ -221,11 +223,13 @@ class Edge:
 
     def report(self, now: float) -> None:
         report = self.intake.take_report()
+        report.keys_applied = self.keys_applied
         if now >= self.next_load:
             report.load = self._load(now)
             self.next_load = now + self.spec.interval_s / 2
-        elif not report:
+        elif not report and not self.acknowledge:
             return
+        self.acknowledge = False
         self._send(edgewire.encode_report(report))
 
     def _send(self, frames: list[bytes]) -> None:
@@ -266,7 +270,7 @@ class Edge:
         self.channels.publish(frames)
 
     def _keys(self, payload: Any, now: float) -> None:
-        for node, kid, secret_b64, restarted, curve, endpoint in payload:
+        for node, kid, secret_b64, restarted, curve, endpoint in payload["keys"]:
             self.sessions.install(
                 SessionKey(str(kid), str(node), b64decode(secret_b64)),
                 now,
@@ -278,6 +282,8 @@ class Edge:
                 self.channels.forget(old.endpoint, old.curve)
             self.contacts[node] = Contact(str(endpoint), str(curve))
             self.accepted.add(str(curve))
+        self.keys_applied = int(payload["batch"])
+        self.acknowledge = True  # the leader holds these nodes' config replies till then
 
     def _forget(self, node: str, now: float) -> None:
         self.intake.forget(node, now)

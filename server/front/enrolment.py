@@ -38,6 +38,7 @@ import logging
 from base64 import b64decode
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from keys.entry import Entry
 from keys.identity import PrivateIdentity, PublicIdentity, b64
@@ -46,7 +47,6 @@ from keys.registry import KeyRegistry
 from pushjobs.errors import KeyFileError
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
-from server.core import edgewire
 from server.core.nodetable import NodeInfo, NodeTable
 from server.front.admission import Admission, Refused
 from server.front.sessions import SessionKeys
@@ -216,6 +216,12 @@ class Enrolment:
             )
             return
         log.debug("config for node %s (endpoint %s)", req.sender, req.command_endpoint)
+        if self.edges is not None:
+            # Held until the node's edge holds its key: its sockets admit only keys they
+            # were given, and libzmq never retries a connection whose handshake was refused.
+            held = partial(self._reply, identity, req.sender, "accepted", "", config=config)
+            self.edges.after_keys(req.sender, partial(_deliver, held, reply))
+            return
         self._reply(identity, req.sender, "accepted", "", config=config, now_ms=now_ms, reply=reply)
 
     def _not_leader(self, identity: bytes, node: str, now_ms: int, reply: Reply) -> None:
@@ -278,8 +284,7 @@ class Enrolment:
         restarted = known is None or known.incarnation != req.incarnation
         session = self.sessions.issue(req.sender, now, restarted=restarted)
         if placed is not None and self.edges is not None:
-            # The edge holds the key before the node has its config: its first heartbeat
-            # verifies. The instruction and the reply leave in the same turn.
+            # The edge gets the key (with this turn's others) before the node its config.
             key = [
                 req.sender,
                 session.key_id,
@@ -288,7 +293,7 @@ class Enrolment:
                 req.curve_public,
                 req.command_endpoint,
             ]
-            self.edges.send(placed[0], edgewire.encode(edgewire.KEYS, [key]))
+            self.edges.give_key(placed[0], key)
         self.nodes.register(req.sender, req.command_endpoint, req.facts, req.tags)
         old = self.contacts.get(req.sender)
         if old is not None and old.curve != req.curve_public:
@@ -371,3 +376,8 @@ def registered_nodes(registry: KeyRegistry) -> list[str]:
         for entry in registry.entries()
         if entry.kind == "node" and entry.state is KeyState.ACCEPTED
     ]
+
+
+def _deliver(held: Callable[..., None], reply: Reply, now_ms: int) -> None:
+    """Send a config reply held for its edge (``Enrolment.config_request``)."""
+    held(now_ms=now_ms, reply=reply)

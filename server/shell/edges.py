@@ -24,6 +24,8 @@ import logging
 import os
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,9 @@ CHANNEL_MAX_BYTES = 64 * 1024 * 1024  # a report carries a turn's replies
 BATCH = 4096
 
 
+Release = Callable[[int], None]  # sends a held config reply; given the wall ms
+
+
 @dataclass(slots=True)
 class EdgeState:
     name: str
@@ -59,6 +64,10 @@ class EdgeState:
     backoff_s: float = RESTART_MIN_S
     starts: int = 0
     losses: int = 0
+    keys: list[list[Any]] = field(default_factory=list)  # to give it at the turn's end
+    keys_sent: int = 0  # batches of keys sent, and acknowledged
+    keys_applied: int = 0
+    held: deque[tuple[int, Release]] = field(default_factory=deque)  # (batch, reply)
 
 
 class EdgePool:
@@ -95,6 +104,7 @@ class EdgePool:
         self.by_route: dict[bytes, str] = {}
         self.assigned: dict[str, str] = {}  # node -> edge, decided at its last discovery
         self.refused = 0
+        self.unanswered = 0  # config replies dropped with the edge they waited for
         for state in self.edges.values():
             self._start(state, now)
 
@@ -127,6 +137,11 @@ class EdgePool:
             if state.live and (exited or silent):
                 state.live = False
                 state.losses += 1
+                # Their nodes ask again (a config request unanswered times out) and are
+                # placed on the live edges.
+                self.unanswered += len(state.held)
+                state.held.clear()
+                state.keys.clear()
                 lost.append(state.name)
                 why = f"exited ({state.proc.returncode})" if exited and state.proc else "silent"
                 log.warning("edge %s lost: %s; its nodes move to the other edges", state.name, why)
@@ -165,7 +180,7 @@ class EdgePool:
 
     # --- the channel ----------------------------------------------------------------------
 
-    def receive(self, now: float) -> list[tuple[str, Report]]:
+    def receive(self, now: float, now_ms: int) -> list[tuple[str, Report]]:
         """What the edges said since the last call: hellos are taken here, reports returned."""
         out = []
         for frames in drain(self.router, BATCH):
@@ -184,6 +199,7 @@ class EdgePool:
                 report = edgewire.decode_report(payload, rest)
                 if report.load:
                     state.load = report.load
+                self._applied(state, report.keys_applied, now_ms)
                 if state.live:
                     out.append((name, report))
             except MalformedMessage as exc:
@@ -203,6 +219,7 @@ class EdgePool:
         if state.route is not None:
             self.by_route.pop(state.route, None)
         state.route, state.endpoints, state.heard = route, endpoints, now
+        state.keys_sent = state.keys_applied = 0  # a new process counts batches afresh
         state.incarnation = str(payload.get("incarnation", ""))
         state.live = True
         self.by_route[route] = name
@@ -244,6 +261,29 @@ class EdgePool:
             self.send(before, edgewire.encode(edgewire.FORGET, [node]))
         self.assigned[node] = edge
         return edge, self.edges[edge].endpoints
+
+    def give_key(self, edge: str, key: list[Any]) -> None:
+        """Queue a node's session key for ``edge``: sent at the turn's end, in one batch."""
+        self.edges[edge].keys.append(key)
+
+    def after_keys(self, node: str, release: Release) -> None:
+        """Call ``release`` once ``node``'s edge has applied the keys queued so far."""
+        state = self.edges[self.assigned[node]]
+        state.held.append((state.keys_sent + 1, release))
+
+    def flush_keys(self) -> None:
+        """Send each edge the keys this turn issued for its nodes."""
+        for state in self.edges.values():
+            if state.keys:
+                state.keys_sent += 1
+                head = {"batch": state.keys_sent, "keys": state.keys}
+                self.send(state.name, [edgewire.KEYS, orjson.dumps(head)])
+                state.keys = []
+
+    def _applied(self, state: EdgeState, batch: int, now_ms: int) -> None:
+        state.keys_applied = max(state.keys_applied, batch)
+        while state.held and state.held[0][0] <= state.keys_applied:
+            state.held.popleft()[1](now_ms)
 
     def edge_of(self, node: str) -> str | None:
         return self.assigned.get(node)

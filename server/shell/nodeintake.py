@@ -45,6 +45,7 @@ log = logging.getLogger("pushjobs.server")
 BATCH = 4096  # messages read from the reply socket per turn
 LAG_BUCKETS = 2001  # heartbeat send-to-tracker lag histogram: 1 ms buckets, the last is >= 2 s
 STANDBY_REPLIES = 100_000
+LOG_EACH = 5  # node transitions in a turn logged one by one; more are summarised
 
 
 class NodeIntake:
@@ -70,6 +71,9 @@ class NodeIntake:
         self.counters: Counter[str] = Counter()
         self.awaited: set[str] = set()
         self.awaited_until: float | None = None
+        # This turn's transitions, logged at its end (``log_transitions``).
+        self.went_online: list[str] = []
+        self.went_offline: list[str] = []
 
     # --- the reply channel --------------------------------------------------------------
 
@@ -157,13 +161,13 @@ class NodeIntake:
 
     def _online(self, node: str, now_ms: int) -> None:
         self.counters["node_online"] += 1
-        log.info("node %s online", node)
+        self.went_online.append(f"{node} online")
         self.jobs.node_event(records.node_event("node_online", node, now_ms, self.server_name))
         self.jobs.node_online(node)
 
     def offline(self, event: NodeOffline, now_ms: int, reason: str) -> None:
         self.counters["node_offline"] += 1
-        log.info("node %s offline (%s)", event.node, reason)
+        self.went_offline.append(f"{event.node} offline ({reason})")
         self.jobs.node_event(
             records.node_event("node_offline", event.node, now_ms, self.server_name, reason=reason)
         )
@@ -176,6 +180,21 @@ class NodeIntake:
             self.offline(went, now_ms, reason)
         else:
             self.jobs.node_lost(node, now_ms, reason)
+
+    def log_transitions(self) -> None:
+        """One line per node while few change in a turn; past ``LOG_EACH``, one line for
+        the turn (a 100,000-node fleet coming online would be 100,000 lines)."""
+        for lines, what in ((self.went_online, "online"), (self.went_offline, "offline")):
+            if len(lines) <= LOG_EACH:
+                for line in lines:
+                    log.info("node %s", line)
+            else:
+                shown = ", ".join(line.split(" ", 1)[0] for line in lines[:LOG_EACH])
+                more = len(lines) - LOG_EACH
+                log.info(
+                    "%d nodes went %s this turn: %s and %d more", len(lines), what, shown, more
+                )
+            lines.clear()
 
     # --- time ---------------------------------------------------------------------------
 

@@ -117,7 +117,47 @@ def families(info: Mapping[str, Any]) -> Iterator[Metric]:
     if append is not None:
         yield from _log_append(append)
     yield from _gc(info.get("gc") or {})
+    yield from _edges(info.get("edges") or [])
     yield from _scalars(info)
+
+
+def _edges(edges: list[Mapping[str, Any]]) -> Iterator[Metric]:
+    """Per edge: serving, its nodes, lag, whether it is behind, how often it was lost."""
+    if not edges:
+        return
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+        "live": GaugeMetricFamily(
+            "pushjobs_edge_live", "1 while the edge serves.", labels=["edge"]
+        ),
+        "nodes": GaugeMetricFamily(
+            "pushjobs_edge_nodes", "Nodes the edge tracks.", labels=["edge"]
+        ),
+        "online": GaugeMetricFamily(
+            "pushjobs_edge_nodes_online", "Nodes online through the edge.", labels=["edge"]
+        ),
+        "backlog": GaugeMetricFamily(
+            "pushjobs_edge_backlog",
+            "1 while heartbeats wait unread at the edge (nobody is judged meanwhile).",
+            labels=["edge"],
+        ),
+        "lag": GaugeMetricFamily(
+            "pushjobs_edge_heartbeat_lag_p99_seconds",
+            "99th percentile heartbeat lag at the edge since it started.",
+            labels=["edge"],
+        ),
+        "losses": CounterMetricFamily(
+            "pushjobs_edge_losses", "Times the edge was lost (exited or silent).", labels=["edge"]
+        ),
+    }
+    for row in edges:
+        name = [str(row["edge"])]
+        families["live"].add_metric(name, float(bool(row.get("live"))))
+        families["nodes"].add_metric(name, float(row.get("nodes", 0)))
+        families["online"].add_metric(name, float(row.get("online", 0)))
+        families["backlog"].add_metric(name, float(bool(row.get("backlog"))))
+        families["lag"].add_metric(name, float(row.get("lag_p99_ms", 0)) / 1000)
+        families["losses"].add_metric(name, float(row.get("losses", 0)))
+    yield from families.values()
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

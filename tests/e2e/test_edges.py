@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import Fleet, make_fleet, run_cli
+from tests.e2e.test_server_status import sample, scrape
 from tests.support import wait_until
 
 NODES = [f"node-{i}" for i in range(1, 7)]
@@ -151,3 +152,26 @@ def test_the_leader_killed_mid_job_finishes_it_after_restart_with_new_edges(
     for node in NODES:
         assert (edged.root / f"count-{node}").read_text().split() == ["x"]
     assert all(e["live"] and e["pid"] not in old_edges for e in _edges(edged))
+
+
+def test_status_and_metrics_show_each_edge(edged: Fleet) -> None:
+    wait_until(lambda: sum(e["online"] for e in _edges(edged)) == len(NODES), 10, 0.05)
+    code, out, err = run_cli(edged.sandbox.client_config_path, "server", "status")
+    assert code == 0, err
+    edge_lines = [line for line in out.splitlines() if line.startswith("edge ")]
+    assert len(edge_lines) == 2
+    assert all(" serving, pid " in line for line in edge_lines)
+    shown = sum(int(line.split(" of ")[0].rsplit(" ", 1)[1]) for line in edge_lines)
+    assert shown == len(NODES)
+    # Metrics are published every few seconds: the scrape catches up with the API.
+    edges = _edges(edged)
+
+    def scraped_online() -> bool:
+        families = scrape(edged)
+        return all(
+            sample(families, "pushjobs_edge_live", edge=e["edge"]) == 1.0
+            and sample(families, "pushjobs_edge_nodes_online", edge=e["edge"]) == e["online"]
+            for e in edges
+        )
+
+    wait_until(scraped_online, 20, 0.2)

@@ -60,7 +60,9 @@ def say(
         job_id=job_id,
         **extra,
     )
-    return coord.reply(message, clock.wall_ms())
+    # The reply, then the tick of the same turn (the daemon ticks every turn): waiting
+    # jobs are looked at there.
+    return coord.reply(message, clock.wall_ms()) + coord.tick(clock.wall_ms())
 
 
 def running(coord: Coordinator, clock: FakeClock, job_id: str, *nodes: str) -> None:

@@ -52,6 +52,7 @@ def test_a_report_goes_through_the_channel_unchanged() -> None:
         beats=[("n1", "job", "running", 123), ("n4", None, None, 5)],
         replies=[b"{}", b"[]"],
         load={"nodes": 3},
+        keys_applied=7,
     )
     kind, payload, rest = edgewire.decode(edgewire.encode_report(report), edgewire.TO_LEADER)
     assert kind == edgewire.REPORT
