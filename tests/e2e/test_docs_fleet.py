@@ -27,6 +27,7 @@ from tests.e2e.doc_recipes import (
 )
 
 SIMULATED = "## A simulated fleet"
+EDGES = "## A large fleet: edges"
 
 
 def test_the_fleet_page_runs_as_written(walk: Walkthrough) -> None:
@@ -43,6 +44,28 @@ def test_the_fleet_page_runs_as_written(walk: Walkthrough) -> None:
     assert "load average" in walk.output("pushjobs job output")
     assert "aborted" in walk.output("pushjobs job abort")
     # The page's last section, on the same fleet.
+    a_simulated_fleet_runs_a_job(walk)
+
+
+def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrough) -> None:
+    # The section's server.toml lines go in before the server starts, as it says.
+    extra = blocks(FLEET_PAGE, EDGES)
+    assert [kind for kind, _ in extra] == ["toml", "sh"]
+    found = blocks(FLEET_PAGE, FLEET)
+    first_server_toml = next(
+        i for i, (kind, body) in enumerate(found) if kind == "toml" and "server.toml" in body
+    )
+    found.insert(first_server_toml + 1, extra[0])
+    for kind, body in found:
+        walk.block(kind, body)
+    assert "complete: 1 succeeded" in next(
+        out for line, out in walk.outputs.items() if "--watch" in line
+    )
+    walk.block(*extra[1])
+    status = walk.output("pushjobs server status")
+    edges = [line for line in status.splitlines() if line.startswith("edge ")]
+    assert len(edges) == 2 and all(" serving, pid " in line for line in edges), status
+    # The simulated fleet on the same server: its nodes spread over both edges.
     a_simulated_fleet_runs_a_job(walk)
 
 

@@ -175,3 +175,23 @@ def test_status_and_metrics_show_each_edge(edged: Fleet) -> None:
         )
 
     wait_until(scraped_online, 20, 0.2)
+
+
+def test_a_revoked_node_is_cut_off_by_its_edge_and_comes_back_when_accepted(edged: Fleet) -> None:
+    node = NODES[0]
+    job = edged.start("sleeper", [node, NODES[1]])
+    edged.wait_node_state(job["job_id"], node, "running")
+    edged.call("key.reject", {"names": [node]})
+    edged.wait_node_state(job["job_id"], node, "crashed", timeout_s=10)
+    assert edged.status(job["job_id"])["nodes"][node]["reason"] == "key revoked"
+    edged.wait_offline(node)
+    # Its edge aborted its job: the command's process is gone.
+    pid = int((edged.root / f"pid-{node}").read_text())
+    wait_until(lambda: _gone(pid), 10, 0.05)
+    edged.call("job.abort", {"job_id": job["job_id"]})
+    edged.wait_job(job["job_id"])
+    # Accepted again: its edge tells it to rediscover, and it serves again.
+    edged.call("key.accept", {"names": [node]})
+    edged.wait_online([node])
+    again = edged.start("stamp", [node])
+    assert edged.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
