@@ -48,6 +48,12 @@ def main() -> None:
     parser.add_argument("--faults", type=_names(FAULTS), default=FAULTS, help=",".join(FAULTS))
     parser.add_argument("--victims", type=_names(()), default=(), help="server,node-1,...")
     parser.add_argument("--keep", type=Path, default=None, help="where logs go on a violation")
+    parser.add_argument(
+        "--edges",
+        type=int,
+        default=0,
+        help="the server's edge processes ([server] edges); each is a victim too (edge-0, ...)",
+    )
     args = parser.parse_args()
     for kind in args.kinds:
         if not set(POINTS_OF[kind]) & set(args.points):
@@ -57,13 +63,21 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(describe())
-    print(f"chaos: seed {seed}, {args.agents} agents, {args.minutes:g} minutes")
+    edges = f", {args.edges} edges" if args.edges else ""
+    print(f"chaos: seed {seed}, {args.agents} agents{edges}, {args.minutes:g} minutes")
     started = time.monotonic()
     end = started + args.minutes * 60
     say = (lambda line: None) if args.quiet else (lambda line: print(_now(), line, flush=True))
     with (
         tempfile.TemporaryDirectory(prefix="pushjobs-chaos-") as tmp,
-        Chaos(Path(tmp) / "fleet", seed=seed, agents=args.agents, say=say, narrow=narrow) as chaos,
+        Chaos(
+            Path(tmp) / "fleet",
+            seed=seed,
+            agents=args.agents,
+            say=say,
+            narrow=narrow,
+            edges=args.edges,
+        ) as chaos,
     ):
         seen = 0
         while time.monotonic() < end:

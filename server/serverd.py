@@ -274,6 +274,8 @@ class Server:
         if self.edges is not None:
             poller.register(self.edges.router, zmq.POLLIN)
             self.await_edges()
+            # Waiting for them was no stall: nobody was being served yet.
+            self.turn_started = self.poll_started = self.poll_until = self.clock.monotonic()
         self.tenure.renew(self.clock.monotonic())
         self.membership.beat()
         metrics_url = self.metrics.start()

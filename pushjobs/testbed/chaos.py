@@ -115,12 +115,15 @@ POINTS_OF = {
 }
 POINTS = tuple(dict.fromkeys(point for points in POINTS_OF.values() for point in points))
 FAULTS = ("kill", "pause")
+# What an edge's fault must never make a node of its job: the edge's nodes move on.
+EDGE_NEVER = ("crashed",)
 
 
 @dataclass(frozen=True)
 class Narrow:
     """The part of the schedule to draw from (all of it by default): a suspect case, run
-    in a loop. ``victims`` are names (``server``, ``node-3``); empty means every one."""
+    in a loop. ``victims`` are names (``server``, ``node-3``, ``edge-0``); empty means
+    every one."""
 
     kinds: tuple[str, ...] = JOB_KINDS  # a kind draws from the points it has (POINTS_OF)
     points: tuple[str, ...] = POINTS
@@ -180,6 +183,7 @@ class Chaos:
         end_within_s: float = 60.0,
         say: Callable[[str], None] = lambda line: None,
         narrow: Narrow | None = None,
+        edges: int = 0,
     ) -> None:
         self.rng = random.Random(seed)
         self.narrow = narrow or Narrow()
@@ -187,7 +191,10 @@ class Chaos:
         self.end_within_s = end_within_s
         self.say = say
         names = [f"node-{i}" for i in range(1, agents + 1)]
-        self.sandbox = Sandbox(root, nodes=names, whitelist=WHITELIST).prepare()
+        extra = {"server": {"edges": edges}} if edges else {}
+        self.sandbox = Sandbox(root, nodes=names, whitelist=WHITELIST, server_extra=extra).prepare()
+        # The server's edges (``[server] edges``), victims too: ``edge-0``, ``edge-1``...
+        self.edges = [f"edge-{i}" for i in range(edges)]
         (self.sandbox.root / "runs").mkdir(exist_ok=True)
         self._client: ApiClient | None = None
 
@@ -246,7 +253,7 @@ class Chaos:
         kind = self.rng.choice(narrow.kinds)
         point = self.rng.choice([p for p in POINTS_OF[kind] if p in narrow.points])
         fault = self.rng.choice(narrow.faults)
-        victim = self.rng.choice(narrow.victims or ["server", *self.sandbox.nodes])
+        victim = self.rng.choice(narrow.victims or ["server", *self.sandbox.nodes, *self.edges])
         targets = self.rng.sample(self.sandbox.nodes, self.rng.randint(1, len(self.sandbox.nodes)))
         targets = list(self.sandbox.nodes) if kind == "batch" else targets
         label = f"seed {self.report.seed} round {n}: {kind} on {len(targets)}, {fault} {victim}"
@@ -265,7 +272,12 @@ class Chaos:
         if kind == "abort":
             with contextlib.suppress(PushJobsError):
                 self.call("job.abort", {"job_id": job_id})
-        self.check_job(label, job_id)
+        job = self.check_job(label, job_id)
+        if job is not None and victim.startswith("edge-"):
+            # An edge's fault is no node's: its nodes move to another edge, held online.
+            lost = [n for n, row in job["nodes"].items() if row["state"] in EDGE_NEVER]
+            if lost:
+                self.report.violations.append(f"{label}: {lost} {EDGE_NEVER} for an edge fault")
 
     def _start(self, kind: str, targets: list[str]) -> str | None:
         command = {"short": "chaos-short", "long": "chaos-long", "fail": "chaos-fail"}.get(
@@ -290,8 +302,10 @@ class Chaos:
             self.until(lambda: self._state(job_id) in wanted[point], 10, point)
 
     def inject(self, victim: str, fault: str, point: str) -> None:
-        who = "server" if victim == "server" else "agent"
+        who = "server" if victim == "server" else "edge" if victim.startswith("edge-") else "agent"
         self._tally(self.report.faults, f"{fault} {who} at {point}")
+        if who == "edge":
+            return self._edge_fault(int(victim.removeprefix("edge-")), fault)
         proc = self.sandbox.procs[victim]
         if fault == "pause":
             os.kill(proc.pid, signal.SIGSTOP)
@@ -312,6 +326,34 @@ class Chaos:
             self.until(lambda: self._incarnation(victim) not in (None, before), 30, "back")
         except TimeoutError:
             self.report.violations.append(f"seed {self.report.seed}: {victim} not back")
+
+    def _edge(self, index: int) -> dict[str, Any] | None:
+        info = self.served("server.info", {})
+        edges = [] if info is None else info.get("edges") or []
+        return edges[index] if index < len(edges) else None
+
+    def _edge_fault(self, index: int, fault: str) -> None:
+        """Kill or pause one of the server's edges (its leader restarts a dead one)."""
+        edge = self._edge(index)
+        if edge is None or not edge["live"] or not edge["pid"]:
+            return  # being replaced already: this round's fault is the last one's
+        pid = int(edge["pid"])
+        with contextlib.suppress(ProcessLookupError):
+            if fault == "pause":
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(self.rng.uniform(0.2, 2.0))  # the pause is the fault itself
+                os.kill(pid, signal.SIGCONT)
+                return
+            os.kill(pid, signal.SIGKILL)
+
+        def replaced() -> bool:
+            now = self._edge(index)
+            return now is not None and now["live"] and now["pid"] != pid
+
+        try:
+            self.until(replaced, 30, "edge replaced")
+        except TimeoutError:
+            self.report.violations.append(f"seed {self.report.seed}: edge-{index} not replaced")
 
     # --- invariants -----------------------------------------------------------------------
 
@@ -352,14 +394,23 @@ class Chaos:
             self.report.violations.append(f"seed {self.report.seed} end: not usable {stuck}")
             return
         job_id = self._start("short", list(self.sandbox.nodes))
-        ok = job_id is not None
+        ok, why = job_id is not None, "not started"
         if job_id is not None:
             with contextlib.suppress(TimeoutError):
                 self.until(lambda: self._state(job_id) in TERMINAL, 30, "last job")
             job = self.call("job.status", {"job_id": job_id})
             ok = job is not None and job["job"]["summary"] == {"succeeded": len(self.sandbox.nodes)}
+            if job is not None:
+                rows = job["job"]["nodes"].items()
+                why = f"job {job_id} {job['job']['state']}: " + ", ".join(
+                    f"{n} {r['state']} {r.get('reason') or ''}".strip()
+                    for n, r in rows
+                    if r["state"] != "succeeded"
+                )
         if not ok:
-            self.report.violations.append(f"seed {self.report.seed} end: a job on all failed")
+            self.report.violations.append(
+                f"seed {self.report.seed} end: a job on all failed ({why})"
+            )
 
     def _recheck_schedules(self) -> None:
         """At the end of the run: no schedule fired again after its round checked it."""

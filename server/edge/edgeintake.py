@@ -8,7 +8,7 @@ edge's node table and liveness tracker; job replies are passed on to the leader 
 The leader does no work per heartbeat. It hears a node's liveness *changes* (online,
 offline, restarted), and only the heartbeats it can act on: one whose job or job state
 differs from the node's previous one (a result that was lost, a commit the node never
-got or no longer needs), and, for a node that holds a job or was sent a command lately,
+got or no longer needs) or is the first this edge reads from it, and, for a node that holds a job or was sent a command lately,
 one every ``TRICKLE_S`` (the leader re-sends a command the node shows it never got, at
 most that often: ``server.shell.commands``). An idle fleet sends the leader nothing.
 
@@ -89,9 +89,12 @@ class EdgeIntake:
             elif isinstance(event, NodeRestarted):
                 self.report.restarted.append((node, event.incarnation))
         seen = self.seen.get(node)
+        first = seen is None
         if seen is None:
             seen = self.seen[node] = _Seen()
-        changed = msg.job_id != seen.job_id or msg.job_state != seen.job_state
+        # The first heartbeat this edge reads from a node is news to the leader too: the
+        # node may come from another edge, whose last word on its job is stale now.
+        changed = first or msg.job_id != seen.job_id or msg.job_state != seen.job_state
         if changed or (
             (msg.job_id is not None or now < seen.watch_until)
             and now - seen.forwarded_at >= TRICKLE_S

@@ -40,6 +40,7 @@ from server.core.edgewire import Report
 log = logging.getLogger("pushjobs.server")
 
 LOST_AFTER = 3.0  # intervals of silence: an edge reports twice an interval
+START_GRACE_S = 20.0  # to say hello after it was started
 RESTART_MIN_S = 0.5
 RESTART_MAX_S = 30.0
 CHANNEL_HWM = 100_000
@@ -64,6 +65,7 @@ class EdgeState:
     backoff_s: float = RESTART_MIN_S
     starts: int = 0
     losses: int = 0
+    started_at: float = 0.0
     keys: list[list[Any]] = field(default_factory=list)  # to give it at the turn's end
     keys_sent: int = 0  # batches of keys sent, and acknowledged
     keys_applied: int = 0
@@ -124,7 +126,7 @@ class EdgePool:
         state.proc.stdin.close()
         state.starts += 1
         state.restart_at = None
-        state.heard = now  # it has until LOST_AFTER intervals to say hello
+        state.heard = state.started_at = now
         log.info("edge %s started (pid %d)", state.name, state.proc.pid)
 
     def tick(self, now: float) -> list[str]:
@@ -134,6 +136,7 @@ class EdgePool:
         for state in self.edges.values():
             exited = state.proc is not None and state.proc.poll() is not None
             silent = now - state.heard > LOST_AFTER * self.interval_s
+            served = state.live or now - state.started_at > START_GRACE_S
             if state.live and (exited or silent):
                 state.live = False
                 state.losses += 1
@@ -148,8 +151,17 @@ class EdgePool:
             if exited and state.restart_at is None:
                 state.restart_at = now + state.backoff_s
                 state.backoff_s = min(RESTART_MAX_S, state.backoff_s * 2)
-            elif silent and not exited and state.proc is not None and state.restart_at is None:
-                # Alive but silent: stopped (SIGSTOP) or wedged. Kill it: a new one serves.
+            elif (
+                silent
+                and not exited
+                and state.proc is not None
+                and state.restart_at is None
+                and served
+            ):
+                # Alive but silent: stopped (SIGSTOP) or wedged. Kill it, even if it would
+                # resume: its nodes are moving, and a new one serves clean. One that has
+                # not said hello yet is given its start (imports take a second or more on
+                # a busy host).
                 state.proc.kill()
             if state.restart_at is not None and now >= state.restart_at:
                 if state.proc is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pushjobs.testbed.chaos import Chaos
+from pushjobs.testbed.chaos import Chaos, Narrow
 from tests.support import wait_until
 
 SEEDS = [int(os.environ["PUSHJOBS_CHAOS_SEED"])] if "PUSHJOBS_CHAOS_SEED" in os.environ else [1, 2]
@@ -31,6 +31,20 @@ def test_jobs_survive_killed_and_paused_processes(tmp_path: Path, seed: int) -> 
         report = chaos.report
     assert report.violations == [], f"replay with PUSHJOBS_CHAOS_SEED={seed}"
     assert report.rounds == ROUNDS and sum(report.outcomes.values()) == ROUNDS
+
+
+@pytest.mark.chaos
+@pytest.mark.e2e
+def test_jobs_survive_edges_killed_and_paused(tmp_path: Path) -> None:
+    # Every round's victim is one of the two edges: no node may be crashed for it.
+    narrow = Narrow(victims=("edge-0", "edge-1"))
+    with Chaos(tmp_path / "fleet", seed=3, agents=5, narrow=narrow, edges=2) as chaos:
+        for _ in range(ROUNDS):
+            chaos.round()
+        chaos.finish()
+        report = chaos.report
+    assert report.violations == []
+    assert sum(n for what, n in report.faults.items() if " edge " in what) == ROUNDS
 
 
 def test_a_leftover_is_described_and_killed(tmp_path: Path) -> None:
