@@ -485,6 +485,7 @@ def _edge_spec(config: ServerConfig, reply_endpoint: str) -> dict[str, Any]:
         "server_name": section.name,
         "key_file": str(section.key_path()),
         "bind_host": host,
+        "port_base": section.edge_port_base,
         # Nodes connect where they reach this server's own reply socket.
         "advertise_host": section.advertise_host
         or reply_endpoint.split("://", 1)[1].rsplit(":", 1)[0],

@@ -84,6 +84,12 @@ class EdgeSpec:
     max_header_bytes: int
     max_body_bytes: int
     parent_pid: int
+    index: int = 0
+    port_base: int = 0  # heartbeat on port_base + 2 * index, reply on the next; 0: any
+
+    def port(self, which: int) -> int:
+        """The port of its heartbeat (0) or reply (1) socket; 0 for any free one."""
+        return self.port_base + 2 * self.index + which if self.port_base else 0
 
     @classmethod
     def parse(cls, raw: bytes) -> EdgeSpec:
@@ -118,8 +124,8 @@ class Edge:
             self.transport,
             curve,
             api_bind=None,
-            heartbeat_bind=f"tcp://{spec.bind_host}:0",
-            reply_bind=f"tcp://{spec.bind_host}:0",
+            heartbeat_bind=f"tcp://{spec.bind_host}:{spec.port(0)}",
+            reply_bind=f"tcp://{spec.bind_host}:{spec.port(1)}",
             node_allowed=self.accepted.__contains__,
         )
         self.leader = self.transport.socket(

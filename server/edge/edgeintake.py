@@ -8,9 +8,10 @@ edge's node table and liveness tracker; job replies are passed on to the leader 
 The leader does no work per heartbeat. It hears a node's liveness *changes* (online,
 offline, restarted), and only the heartbeats it can act on: one whose job or job state
 differs from the node's previous one (a result that was lost, a commit the node never
-got or no longer needs) or is the first this edge reads from it, and, for a node that holds a job or was sent a command lately,
-one every ``TRICKLE_S`` (the leader re-sends a command the node shows it never got, at
-most that often: ``server.shell.commands``). An idle fleet sends the leader nothing.
+got or no longer needs) or is the first this edge reads from it, and, for a node that
+holds a job or was sent a command lately, one every ``TRICKLE_S`` (the leader re-sends a
+command the node shows it never got, at most that often: ``server.shell.commands``). An
+idle fleet sends the leader nothing.
 
 Silence is only evidence once the queue is read (as on the one-process server): expiry
 waits for a batch that was not full, and the edge's own stall moves every deadline.

@@ -113,7 +113,7 @@ class EdgePool:
     # --- processes ------------------------------------------------------------------------
 
     def _start(self, state: EdgeState, now: float) -> None:
-        spec = orjson.dumps({**self.spec, "name": state.name})
+        spec = orjson.dumps({**self.spec, "name": state.name, "index": self._index(state.name)})
         # stdout is the edge's ready line, for an operator running one by hand: not ours.
         state.proc = subprocess.Popen(
             [sys.executable, "-m", "server.edge"],
@@ -128,6 +128,9 @@ class EdgePool:
         state.restart_at = None
         state.heard = state.started_at = now
         log.info("edge %s started (pid %d)", state.name, state.proc.pid)
+
+    def _index(self, name: str) -> int:
+        return list(self.edges).index(name)
 
     def tick(self, now: float) -> list[str]:
         """Edges lost since the last call (silent, or their process exited); dead ones are

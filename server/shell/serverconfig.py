@@ -13,6 +13,7 @@
     metrics_bind = "127.0.0.1:9464"         # Prometheus endpoint; port 0: any, "": off
     schedule_partitions = 8                 # fixed in the log by the first server
     edges = 0                               # edge processes for the nodes' traffic
+    edge_port_base = 0                      # edge i: this + 2i (heartbeat), + 2i + 1 (reply)
     [jobs]      vote_timeout_s, run_timeout_s
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
@@ -100,9 +101,15 @@ class ServerSection:
     about 10,000 nodes; see docs/architecture.md). Edges bind on the host of
     ``reply_bind``, on ports of their own."""
 
+    edge_port_base: int = 0
+    """Edge i binds its heartbeat socket on this port + 2i and its reply socket on the next
+    (ports to open to the nodes, as for ``reply_bind``); 0: any free ports."""
+
     def check(self) -> Iterable[tuple[str, str]]:
         if self.edges < 0:
             yield "edges", "must not be negative (0: no edges)"
+        if self.edge_port_base and not 1024 <= self.edge_port_base <= 65535 - 2 * self.edges:
+            yield "edge_port_base", f"must leave room for {2 * self.edges} ports below 65536"
         for name in ("api_bind", "heartbeat_bind", "reply_bind"):
             value = getattr(self, name)
             if "://" not in value:

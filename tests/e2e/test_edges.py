@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from pushjobs.testbed.sandbox import free_port
 from tests.e2e.conftest import Fleet, make_fleet, run_cli
 from tests.e2e.test_server_status import sample, scrape
 from tests.support import wait_until
@@ -195,3 +197,41 @@ def test_a_revoked_node_is_cut_off_by_its_edge_and_comes_back_when_accepted(edge
     edged.wait_online([node])
     again = edged.start("stamp", [node])
     assert edged.wait_job(again["job_id"])["summary"] == {"succeeded": 1}
+
+
+def _free_run(count: int) -> int:
+    """A port p such that p .. p + count - 1 are free on 127.0.0.1 now."""
+    for _ in range(50):
+        base = free_port()
+        if base + count >= 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise AssertionError("no run of free ports")
+
+
+def test_edges_bind_the_ports_the_config_gives_them(tmp_path: Path) -> None:
+    base = _free_run(4)
+    extra = {"server": {"edges": 2, "edge_port_base": base}}
+    fleet = make_fleet(tmp_path, nodes=NODES[:2], server_extra=extra)
+    try:
+        fleet.wait_online()
+        ends = {e["edge"]: e["endpoints"] for e in _edges(fleet)}
+        assert ends == {
+            "server-e0": {
+                "heartbeat": f"tcp://127.0.0.1:{base}",
+                "reply": f"tcp://127.0.0.1:{base + 1}",
+            },
+            "server-e1": {
+                "heartbeat": f"tcp://127.0.0.1:{base + 2}",
+                "reply": f"tcp://127.0.0.1:{base + 3}",
+            },
+        }
+    finally:
+        fleet.close()

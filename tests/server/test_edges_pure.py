@@ -3,9 +3,12 @@ leader's liveness with edges, and what an edge passes on of its nodes' heartbeat
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from pushjobs.errors import MalformedMessage
+from pushjobs.config import load_config
+from pushjobs.errors import ConfigError, MalformedMessage
 from pushjobs.protocol.framing import seal
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
@@ -13,8 +16,10 @@ from pushjobs.protocol.messages import AckCommit, NodeHeartbeat
 from pushjobs.protocol.signing import HmacSigner
 from server.core import edgewire, rendezvous
 from server.core.edgeliveness import EdgeLiveness
+from server.edge.edged import EdgeSpec
 from server.edge.edgeintake import TRICKLE_S, EdgeIntake
 from server.front.sessions import SessionKeys
+from server.shell.serverconfig import ServerConfig
 
 NODES = [f"node-{i:05d}" for i in range(20_000)]
 
@@ -196,3 +201,44 @@ def test_a_reply_is_passed_on_verified_and_a_forged_one_is_dropped() -> None:
     intake.receive([forged, frames], 0.0, WALL)
     assert intake.take_report().replies == [frames[1]]
     assert intake.inbox.drops["signature"] == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"PUSHJOBS_SERVER__EDGES": "-1"}, "edges"),
+        (
+            {"PUSHJOBS_SERVER__EDGES": "4", "PUSHJOBS_SERVER__EDGE_PORT_BASE": "65530"},
+            "edge_port_base",
+        ),
+        ({"PUSHJOBS_SERVER__EDGE_PORT_BASE": "80"}, "edge_port_base"),
+    ],
+)
+def test_edge_settings_out_of_range_are_refused_naming_the_key(
+    env: dict[str, str], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(ServerConfig, env=env)
+    assert key in str(caught.value)
+
+
+def test_edge_i_gets_its_two_ports_from_the_base() -> None:
+    spec: dict[str, Any] = dict(
+        name="s-e1",
+        server_name="s",
+        key_file="k",
+        leader_endpoint="tcp://127.0.0.1:1",
+        bind_host="127.0.0.1",
+        advertise_host="",
+        interval_s=1.0,
+        offline_threshold=3,
+        online_threshold=2,
+        max_skew_s=30.0,
+        max_header_bytes=1024,
+        max_body_bytes=65536,
+        parent_pid=1,
+        index=1,
+    )
+    assert (EdgeSpec(**spec).port(0), EdgeSpec(**spec).port(1)) == (0, 0)
+    based = EdgeSpec(**{**spec, "port_base": 7720})
+    assert (based.port(0), based.port(1)) == (7722, 7723)
