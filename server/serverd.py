@@ -154,7 +154,9 @@ class Server:
                 now=self.clock.monotonic(),
             )
         self.nodes = NodeTable(self.liveness)
-        self.sessions = sessions = SessionKeys(grace_s=2 * live.interval_s + 5.0)
+        self.sessions = sessions = SessionKeys(
+            grace_s=2 * live.interval_s + 5.0, hold_secrets=not self.edges
+        )
         self.enrolment = Enrolment(
             config,
             identity,

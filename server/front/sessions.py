@@ -53,8 +53,11 @@ class SessionKey:
 
 
 class SessionKeys:
-    def __init__(self, grace_s: float = 10.0) -> None:
+    def __init__(self, grace_s: float = 10.0, *, hold_secrets: bool = True) -> None:
         self.grace_s = grace_s
+        # A leader with edges issues keys but never verifies or signs with them (its
+        # edges do): it keeps only who holds a session, not ~0.6 KB of HMAC state a key.
+        self.hold_secrets = hold_secrets
         self._verifiers: dict[str, HmacVerifier] = {}
         self._key_signers: dict[str, HmacSigner] = {}  # key id -> signer with that key
         self._live: dict[str, list[str]] = {}  # node -> key ids not superseded, oldest first
@@ -79,6 +82,11 @@ class SessionKeys:
         """Hold ``key`` as ``issue`` would have issued it: an edge (``server.edge``)
         verifies and signs with the keys its leader issued."""
         node = key.node
+        if not self.hold_secrets:
+            held = self._live.setdefault(node, [])
+            held.append(key.key_id)
+            del held[:-MAX_LIVE]
+            return
         if restarted:
             self._superseded.update(self._live.pop(node, []))
             self._used.pop(node, None)
@@ -100,9 +108,13 @@ class SessionKeys:
 
     def revoke(self, node: str) -> bool:
         """Drop every key of ``node``; True if it had one."""
-        gone = [kid for kid, v in self._verifiers.items() if v.owner == node]
+        # Its keys still valid: the live ones, and those superseded or retiring (a few,
+        # for a grace), not a pass over every key of the fleet.
+        passing = (kid for kid in (*self._superseded, *self._retiring) if self._owner(kid) == node)
+        gone = [kid for kid in dict.fromkeys([*self._live.get(node, ()), *passing])]
+        gone = [kid for kid in gone if kid in self._verifiers] if self.hold_secrets else gone
         for kid in gone:
-            del self._verifiers[kid]
+            self._verifiers.pop(kid, None)
             self._key_signers.pop(kid, None)
             self._retiring.pop(kid, None)
             self._superseded.discard(kid)
@@ -111,6 +123,10 @@ class SessionKeys:
         self._used.pop(node, None)
         self._signers.pop(node, None)
         return bool(gone)
+
+    def _owner(self, key_id: str) -> str | None:
+        verifier = self._verifiers.get(key_id)
+        return None if verifier is None else verifier.owner
 
     def expire(self, now: float) -> None:
         for kid in self._superseded:

@@ -94,6 +94,33 @@ def test_revoke_drops_every_key_of_the_node() -> None:
     assert not sessions.has("n1") and not sessions.revoke("n1")
 
 
+def test_revoke_drops_superseded_and_retiring_keys_too_and_spares_other_nodes() -> None:
+    sessions = SessionKeys(grace_s=10)
+    old = sessions.issue("n1", now=0.0)
+    new = sessions.issue("n1", now=0.0)
+    sessions.resolve("hmac-sha256", new.key_id)  # old is superseded, valid for the grace
+    piled = [sessions.issue("n1", now=0.0) for _ in range(MAX_LIVE + 1)]  # the first retire
+    other = sessions.issue("n2", now=0.0)
+    assert sessions.revoke("n1")
+    for key in (old, new, *piled):
+        with pytest.raises(UnknownKey):
+            sessions.resolve("hmac-sha256", key.key_id)
+    assert sessions.resolve("hmac-sha256", other.key_id).owner == "n2"
+
+
+def test_keys_issued_without_secrets_held_count_sessions_only() -> None:
+    # A leader with edges: they verify and sign; it only knows who holds a session.
+    sessions = SessionKeys(hold_secrets=False)
+    key = sessions.issue("n1", now=0.0)
+    for _ in range(MAX_LIVE + 2):
+        sessions.issue("n1", now=0.0)
+    assert sessions.has("n1") and sessions.nodes() == ["n1"]
+    assert sessions.signer("n1") is None
+    with pytest.raises(UnknownKey):
+        sessions.resolve("hmac-sha256", key.key_id)
+    assert sessions.revoke("n1") and not sessions.has("n1")
+
+
 def test_ed25519_is_not_a_session_method() -> None:
     with pytest.raises(UnknownKey):
         SessionKeys().resolve("ed25519", "whatever")
