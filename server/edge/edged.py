@@ -35,7 +35,7 @@ import secrets
 import sys
 import time
 from base64 import b64decode
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ log = logging.getLogger("pushjobs.edge")
 MAX_WAIT_S = 0.25
 LEADER_HWM = 100_000  # reports queued for a leader that is slow to read
 STALE_PING_S = 2.0
+FANOUT_PER_TURN = 2_000  # commands sealed and sent per turn: ~50 ms
 QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
 
 
@@ -96,6 +97,17 @@ class EdgeSpec:
         data = orjson.loads(raw)
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(slots=True)
+class _FanOut:
+    """One instruction's commands, sent a turn's worth at a time (``Edge._send_some``)."""
+
+    kind: str
+    job_id: str
+    template: Commit | None
+    nodes: list[str]
+    next: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +158,7 @@ class Edge:
         self.contacts: dict[str, Contact] = {}
         self.keys_applied = 0
         self.acknowledge = False
+        self.fanouts: deque[_FanOut] = deque()
         self.pinged: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         bound = self.channels.endpoints()
@@ -182,6 +195,8 @@ class Edge:
             self.turn(ready)
 
     def _next_deadline(self, now: float) -> float:
+        if self.fanouts:
+            return now  # commands to send: no waiting
         due = [self.next_load, now + MAX_WAIT_S]
         deadline = self.liveness.next_deadline()
         if deadline is not None:
@@ -205,6 +220,7 @@ class Edge:
             self.intake.idle()
         if self.channels.heartbeat in ready:
             self.channels.subscriptions()
+        self._send_some(now, now_ms)
         self.timers(now, now_ms)
         self.report(now)
 
@@ -254,7 +270,7 @@ class Edge:
             elif kind == edgewire.KEYS:
                 self._keys(payload, now)
             elif kind == edgewire.SEND:
-                self._fan_out(payload, rest, now, now_ms)
+                self._fan_out(payload, rest)
             elif kind == edgewire.FORGET:
                 for node in payload:
                     self._forget(str(node), now)
@@ -310,7 +326,9 @@ class Edge:
             if contact is not None:
                 self.accepted.discard(contact.curve)  # kept in contacts: to tell it later
 
-    def _fan_out(self, payload: Any, rest: list[bytes], now: float, now_ms: int) -> None:
+    def _fan_out(self, payload: Any, rest: list[bytes]) -> None:
+        """Queue one instruction's commands; ``_send_some`` sends them, a turn's worth at a
+        time, in the order the leader gave them (a run never before its commit)."""
         kind, job_id, nodes = str(payload["kind"]), str(payload["job"]), payload["nodes"]
         template: Commit | None = None
         if kind == "commit":
@@ -318,6 +336,25 @@ class Edge:
             if not isinstance(decoded, Commit):
                 raise ValueError("a commit instruction must carry a commit")
             template = decoded
+        if kind not in ("commit", "run", "abort") or not isinstance(nodes, list):
+            raise ValueError(f"not a command instruction: {kind!r}")
+        self.fanouts.append(_FanOut(kind, job_id, template, [str(n) for n in nodes]))
+
+    def _send_some(self, now: float, now_ms: int) -> None:
+        """Send up to ``FANOUT_PER_TURN`` queued commands: a 100,000-node fan-out takes
+        seconds, and the loop must go on reading (and reporting: a silent edge is lost)."""
+        budget = FANOUT_PER_TURN
+        while self.fanouts and budget > 0:
+            fan = self.fanouts[0]
+            chunk = fan.nodes[fan.next : fan.next + budget]
+            fan.next += len(chunk)
+            budget -= len(chunk)
+            self._send_commands(fan, chunk, now, now_ms)
+            if fan.next >= len(fan.nodes):
+                self.fanouts.popleft()
+
+    def _send_commands(self, fan: _FanOut, nodes: list[str], now: float, now_ms: int) -> None:
+        kind, job_id, template = fan.kind, fan.job_id, fan.template
         sent = 0
         outbox, send_command = self.outbox, self.channels.send_command
         for node in nodes:
