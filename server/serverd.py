@@ -415,6 +415,8 @@ class Server:
         """Nothing could be heard for ``blind_s``: move every deadline that long later."""
         log.warning("server stalled for %.1f s: node and job deadlines moved by as much", blind_s)
         self.intake.stalled(blind_s)
+        if self.edges is not None:
+            self.edges.stalled(blind_s)
         # Agents that saw this server fall silent wait for it to be online again (their
         # online threshold) before they send anything: a full window after that.
         live = self.config.liveness

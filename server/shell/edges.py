@@ -177,6 +177,12 @@ class EdgePool:
                 state.backoff_s = RESTART_MIN_S  # serving again: a later death starts over
         return lost
 
+    def stalled(self, by_s: float) -> None:
+        """The leader could not read for ``by_s``: no edge's silence of that long counts
+        (their reports wait, unread, on the channel)."""
+        for state in self.edges.values():
+            state.heard += by_s
+
     def ready(self) -> bool:
         return all(state.live for state in self.edges.values())
 

@@ -21,6 +21,7 @@ import pytest
 
 from pushjobs.testbed.sandbox import free_port
 from tests.e2e.conftest import Fleet, make_fleet, run_cli
+from tests.e2e.test_server_stall import _pause as pause_server
 from tests.e2e.test_server_status import sample, scrape
 from tests.support import wait_until
 
@@ -235,3 +236,28 @@ def test_edges_bind_the_ports_the_config_gives_them(tmp_path: Path) -> None:
         }
     finally:
         fleet.close()
+
+
+@pytest.mark.parametrize("point", ["running", "idle"])
+def test_a_paused_leader_crashes_nobody_through_its_edges(edged: Fleet, point: str) -> None:
+    # The edges go on reading while the leader is stopped; its nodes, hearing no server
+    # heartbeat, fall silent: the edges judge nobody on that, nor does the leader.
+    offline_before = _offline_transitions(edged)
+    window_s = 0.2 * 3
+    if point == "running":
+        job = edged.start("count-slowly")
+        for node in NODES:
+            edged.wait_node_state(job["job_id"], node, "running")
+        for _ in range(2):
+            pause_server(edged, 6 * window_s)
+        done = edged.wait_job(job["job_id"])
+        assert done["summary"] == {"succeeded": len(NODES)}, done
+        for node in NODES:
+            assert (edged.root / f"count-{node}").read_text().split() == ["x"]
+    else:
+        for _ in range(3):
+            pause_server(edged, 6 * window_s)
+            wait_until(lambda: edged.call("server.info")["leader"], 10)
+    assert _offline_transitions(edged) == offline_before, "a node went offline"
+    later = edged.start("true")
+    assert edged.wait_job(later["job_id"])["summary"] == {"succeeded": len(NODES)}
