@@ -58,6 +58,10 @@ class EdgeLiveness(LivenessTracker):
     def held(self) -> int:
         return len(self._held)
 
+    def is_held(self, peer: str) -> bool:
+        """Whether ``peer`` is online only because its edge was lost (moving)."""
+        return peer in self._held
+
     def expire(self, now: float) -> list[WentOffline]:
         """Held nodes whose hold has run out go offline; nobody else expires here."""
         self._advance(now)

@@ -113,8 +113,15 @@ class NodeIntake:
             if info is not None and info.incarnation and info.incarnation != incarnation:
                 self.jobs.node_lost(node, now_ms, NODE_RESTARTED, restarted=True)
             self.nodes.reported(node, incarnation, endpoint)
+            moved = liveness.is_held(node) or liveness.edge_of(node) != edge
             if liveness.online(node, edge, now) is not None:
                 self._online(node, now_ms)
+            elif moved:
+                # Held online while it moved from a lost edge (to another, or to the same
+                # edge started again): what that edge was to send it may be lost with it.
+                # Sent again now, as to a node that reappeared.
+                self.counters["edge_moves"] += 1
+                self.jobs.node_online(node)
         for node, reason in report.offline:
             if owner(node) != edge:
                 continue

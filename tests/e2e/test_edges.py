@@ -261,3 +261,28 @@ def test_a_paused_leader_crashes_nobody_through_its_edges(edged: Fleet, point: s
     assert _offline_transitions(edged) == offline_before, "a node went offline"
     later = edged.start("true")
     assert edged.wait_job(later["job_id"])["summary"] == {"succeeded": len(NODES)}
+
+
+def test_commands_an_edge_took_down_with_it_are_sent_again_through_the_next(
+    edged: Fleet,
+) -> None:
+    victim = max(_edges(edged), key=lambda e: e["online"])
+    os.kill(victim["pid"], signal.SIGSTOP)  # the job's commits go to it, and die with it
+    try:
+        job = edged.start("stamp")
+        wait_until(
+            lambda: any(
+                e["live"] and e["pid"] != victim["pid"]
+                for e in _edges(edged)
+                if e["edge"] == victim["edge"]
+            ),
+            20,
+            0.05,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim["pid"], signal.SIGCONT)
+    done = edged.wait_job(job["job_id"], timeout_s=60)
+    assert done["summary"] == {"succeeded": len(NODES)}, done
+    for node in NODES:
+        assert _stamps(edged, node) == [job["job_id"]]
