@@ -1,12 +1,18 @@
 """What pushjobs costs a machine while nothing happens: the agent's memory and CPU, and the
 server's CPU with a small fleet.
 
-Two sandboxes run side by side on loopback, measured over the same windows so that the
-load of other processes on the machine falls on both alike:
+Three sandboxes run side by side on loopback, measured over the same windows so that the
+load of other processes on the machine falls on all alike:
 
+- ``fleet``: a ``pushjobs-server`` and ``--agents`` real ``pushjobs-agent`` processes;
 - ``alone``: a ``pushjobs-server`` with no agent (the baseline: what its loop costs
   with nobody to hear);
-- ``fleet``: a ``pushjobs-server`` and ``--agents`` real ``pushjobs-agent`` processes.
+- ``tuned``: a server alone with the test bed's settings (``leader_session_s = 1.5``,
+  ``registry_check_s = 0.2``: fast failover for the tests, not what users run).
+
+The servers of ``fleet`` and ``alone`` run with the defaults a user gets (leadership renewed
+every ``leader_session_s / 3`` of 5 s, the key registry read every second): the test bed's
+own settings make an idle server three to five times busier.
 
 After every agent is online and ``--settle-s`` more seconds, ``--rounds`` windows of
 ``--window-s`` seconds each are measured from ``/proc/PID/stat`` (user + system CPU time,
@@ -94,10 +100,17 @@ def wait_online(client: ApiClient, names: list[str], timeout_s: float) -> None:
     raise SystemExit(f"not all {len(names)} nodes online after {timeout_s} s")
 
 
-def start(stack: ExitStack, n: int, interval_s: float) -> tuple[Sandbox, list[str]]:
+# The server's own defaults (server.shell.serverconfig), where the test bed tunes them.
+DEFAULTS = {"server": {"leader_session_s": 5.0, "registry_check_s": 1.0}}
+
+
+def start(
+    stack: ExitStack, n: int, interval_s: float, *, defaults: bool = True
+) -> tuple[Sandbox, list[str]]:
     root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pushjobs-bench-")))
     names = [f"node-{i:03d}" for i in range(n)]
-    sandbox = Sandbox(root, nodes=names, interval_s=interval_s)
+    extra = DEFAULTS if defaults else {}
+    sandbox = Sandbox(root, nodes=names, interval_s=interval_s, server_extra=extra)
     sandbox.prepare()
     stack.callback(sandbox.stop)
     sandbox.start_server(timeout_s=120)
@@ -152,14 +165,16 @@ def main() -> None:
 
     with ExitStack() as stack:
         alone, _ = start(stack, 0, args.interval_s)
+        tuned, _ = start(stack, 0, args.interval_s, defaults=False)
         fleet, names = start(stack, args.agents, args.interval_s)
         time.sleep(args.settle_s)
         alone_pid = alone.procs["server"].pid
+        tuned_pid = tuned.procs["server"].pid
         server_pid = fleet.procs["server"].pid
         agents = [fleet.procs[name].pid for name in names]
         rounds = []
         for _ in range(args.rounds):
-            rounds.append(window([alone_pid, server_pid, *agents], args.window_s))
+            rounds.append(window([alone_pid, tuned_pid, server_pid, *agents], args.window_s))
         agent_status = [status(pid) for pid in agents]
         server_status = status(server_pid)
 
@@ -186,15 +201,18 @@ def main() -> None:
             f"  window {i}: agent median {med(agent_cpu):.3f} % (max {max(agent_cpu):.3f}, "
             f"{med(agent_wakes):.1f}/s) | server, {args.agents} agents {r[server_pid][0]:.2f} % "
             f"({r[server_pid][1]:.0f}/s) | server alone {r[alone_pid][0]:.2f} % "
-            f"({r[alone_pid][1]:.0f}/s)"
+            f"({r[alone_pid][1]:.0f}/s) | alone, test settings {r[tuned_pid][0]:.2f} % "
+            f"({r[tuned_pid][1]:.0f}/s)"
         )
     agent_all = [r[pid][0] for r in rounds for pid in agents]
     server_all = [r[server_pid][0] for r in rounds]
     alone_all = [r[alone_pid][0] for r in rounds]
+    tuned_all = [r[tuned_pid][0] for r in rounds]
     print(
         f"  median: agent {med(agent_all):.3f} % (goal < 0.2) | server with {args.agents} "
         f"agents {med(server_all):.2f} % (goal < 0.6), RSS "
-        f"{server_status['VmRSS'] / 1024:.1f} MiB | server alone {med(alone_all):.2f} %"
+        f"{server_status['VmRSS'] / 1024:.1f} MiB | server alone {med(alone_all):.2f} % | "
+        f"alone, test settings {med(tuned_all):.2f} %"
     )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
