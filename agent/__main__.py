@@ -9,11 +9,20 @@ for logrotate) and reloads the whitelist.
 
 from __future__ import annotations
 
+import sys
+
+# No OpenSSL for hashing in the agent: ``hashlib`` without ``_hashlib`` uses Python's own
+# SHA-2 and HMAC (the same digests), and the agent's 3.4 MiB of libcrypto are never mapped
+# (bench/footprint.py: ~27 MiB RSS idle, not ~30). An agent hashes a few messages a second;
+# the simulator and the server, which hash tens of thousands, never import this module.
+# Only if nothing imported hashlib yet: a process that already has it keeps OpenSSL's.
+if "hashlib" not in sys.modules:
+    sys.modules.setdefault("_hashlib", None)  # type: ignore[arg-type]
+
 import argparse
 import logging
 import os
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 

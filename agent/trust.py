@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agent import ed25519
 from keys import fingerprint
 from keys.identity import PublicIdentity
 from pushjobs.errors import UnknownKey
 from pushjobs.protocol.framing import KeyResolver
-from pushjobs.protocol.signing import HMAC_SHA256, Verifier, ed25519_verifier
+from pushjobs.protocol.signing import HMAC_SHA256, Verifier
 
 NOT_THE_SERVER = "not the server's key: {!r}"
 
 
 def server_resolver(server: PublicIdentity) -> tuple[str, Verifier]:
     """The server's key id and verifier (bound to its name): all an agent ever trusts."""
-    return fingerprint.key_id(server.ed25519_public), ed25519_verifier(
+    return fingerprint.key_id(server.ed25519_public), ed25519.verifier(
         server.ed25519_public, owner=server.name
     )
 

@@ -24,6 +24,7 @@ import socket
 
 import zmq
 
+from agent import ed25519
 from agent.agentconfig import AgentConfig
 from agent.discovery import Discovery
 from agent.link import ServerLink
@@ -35,7 +36,6 @@ from keys.identity import PrivateIdentity, PublicIdentity
 from pushjobs.clock import Clock
 from pushjobs.protocol import messages as m
 from pushjobs.protocol.outbox import Outbox
-from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.handshake import Refusal
 from pushjobs.transport.sockets import CurveKeys, Transport
 
@@ -65,9 +65,7 @@ class Upstream:
         curve = CurveKeys(identity.public.curve_public, identity.curve_secret)
         # Config requests are signed with the node's own identity key: it has no other yet.
         # The header carries the public key, so the server verifies before it decodes.
-        signer = Ed25519Signer(
-            fingerprint.self_key_id(identity.public.ed25519_public), identity.signing_key()
-        )
+        signer = ed25519.signer(fingerprint.self_key_id(identity.public.ed25519_public), identity)
         outbox = Outbox(identity.name, incarnation, signer)
         self.discovery = Discovery(transport, identity, server, outbox)
         self.link = ServerLink(transport, curve, server.curve_public, REPLY_HWM)

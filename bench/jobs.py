@@ -84,7 +84,7 @@ def one_size(n: int, runs: int, idle_s: float, interval_s: float) -> dict[str, A
         try:
             boot = time.perf_counter()
             server = sandbox.start_server()
-            sandbox.start_agents()
+            sandbox.start_agents(timeout_s=300)  # 50 start at once on 2 shared cores
             client = ApiClient.from_files(
                 sandbox.api,
                 Path(tmp) / "keys/server.pub",

@@ -3,6 +3,10 @@
 CurveZMQ keys are X25519 keys, so ``cryptography`` generates them and Z85 encodes them:
 the same bytes ``zmq.curve_keypair()`` would give, without importing zmq here.
 
+The public halves of a key file's secrets come from libsodium where there is one
+(``keys.sodium``), else from ``cryptography``, imported only then: an agent checks its
+key file at start and never needs ``cryptography``'s 9 MiB for it.
+
 Both dataclasses check themselves on construction, so an identity that exists is valid:
 readers of key files and of the registry need no checks of their own.
 """
@@ -13,23 +17,17 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
-
-from keys import z85
+from keys import sodium, z85
 from keys.fingerprint import fingerprint, key_id
 from pushjobs.errors import KeyFileError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 Kind = Literal["server", "node", "user"]
 KINDS: tuple[Kind, ...] = ("server", "node", "user")
@@ -97,6 +95,8 @@ class PublicIdentity:
         return key_id(self.ed25519_public)
 
     def verifying_key(self) -> Ed25519PublicKey:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         return Ed25519PublicKey.from_public_bytes(self.ed25519_public)
 
 
@@ -130,10 +130,16 @@ class PrivateIdentity:
         return self.public.name
 
     def signing_key(self) -> Ed25519PrivateKey:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return Ed25519PrivateKey.from_private_bytes(self.ed25519_secret)
 
 
 def generate(name: str, kind: str) -> PrivateIdentity:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
     seed = Ed25519PrivateKey.generate().private_bytes(
         Encoding.Raw, PrivateFormat.Raw, NoEncryption()
     )
@@ -146,11 +152,21 @@ def generate(name: str, kind: str) -> PrivateIdentity:
 def ed25519_public_of(seed: bytes) -> bytes:
     if len(seed) != KEY_BYTES:
         raise KeyFileError(f"ed25519_secret must be {KEY_BYTES} bytes")
+    if sodium.available():
+        return sodium.ed25519_keypair(seed)[0]
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     key = Ed25519PrivateKey.from_private_bytes(seed)
     return key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def curve_public_of(curve_secret: str) -> str:
     secret = _curve_key(curve_secret, "curve_secret")
+    if sodium.available():
+        return z85.encode(sodium.x25519_public(secret))
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     public = X25519PrivateKey.from_private_bytes(secret).public_key()
     return z85.encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw))

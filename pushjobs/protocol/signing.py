@@ -6,6 +6,10 @@ moved to another header. Verification happens before the body is decoded; HMAC t
 compared with ``hmac.compare_digest`` (constant time), and Ed25519 verification in
 ``cryptography`` does not branch on secret data.
 
+``cryptography`` is imported when an Ed25519 key is first used, not with this module: a
+process that only ever uses session keys, or Ed25519 through libsodium as an agent does
+(``agent.ed25519``), does not pay its 9 MiB.
+
 A verifier may be bound to an ``owner``: the only ``sender`` allowed to use that key.
 Without that binding one node holding a valid session key could speak for another.
 """
@@ -15,12 +19,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Final, Protocol
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Final, Protocol
 
 from pushjobs.errors import SignatureError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 ED25519: Final = "ed25519"
 HMAC_SHA256: Final = "hmac-sha256"
@@ -165,6 +172,8 @@ class Ed25519Verifier:
     method: str = ED25519
 
     def verify(self, data: bytes, signature: bytes) -> None:
+        from cryptography.exceptions import InvalidSignature
+
         try:
             self.public_key.verify(signature, data)
         except InvalidSignature:
@@ -172,6 +181,8 @@ class Ed25519Verifier:
 
 
 def ed25519_verifier(public_raw: bytes, owner: str | None = None) -> Ed25519Verifier:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         key = Ed25519PublicKey.from_public_bytes(public_raw)
     except ValueError as exc:

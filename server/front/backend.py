@@ -9,8 +9,10 @@ Holds no state of its own: killed at any line, nothing is lost here.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
+from itertools import accumulate, compress, count
 from typing import Any
 
 import orjson
@@ -127,7 +129,8 @@ class ServerBackend:
             "heartbeats": sum(lag),
             # Sparse histogram {ms: count} of wall time from a heartbeat's timestamp to the
             # tracker: sender's queue, the wire and this server's receive batch together.
-            "heartbeat_lag_ms": {str(i): n for i, n in enumerate(lag) if n},
+            # Its 2,001 buckets are walked in C (compress): this runs every second.
+            "heartbeat_lag_ms": {str(i): lag[i] for i in compress(count(), lag)},
             "transitions": {
                 "online": intake.counters["node_online"],
                 "offline": intake.counters["node_offline"],
@@ -266,17 +269,18 @@ class ServerBackend:
 
 
 def lag_summary(histogram: Sequence[int]) -> dict[str, int | None]:
-    """p50, p99 and max of a histogram of 1 ms buckets (``None`` while it is empty)."""
-    total = sum(histogram)
+    """p50, p99 and max of a histogram of 1 ms buckets (``None`` while it is empty).
+
+    A rank's bucket is the first whose running total reaches it (it holds at least one
+    heartbeat); the max is the first that reaches the total. Running totals and their
+    search are done in C: the metrics publish this every second, over 2,001 buckets, and
+    a loop in Python cost an idle server with 10 agents 0.1-0.2 % of a core."""
+    running = list(accumulate(histogram))
+    total = running[-1] if running else 0
     if not total:
         return {"p50_ms": None, "p99_ms": None, "max_ms": None}
-    marks = {"p50_ms": 0.5 * total, "p99_ms": 0.99 * total}
-    found: dict[str, int | None] = {}
-    seen = 0
-    for ms, n in enumerate(histogram):
-        seen += n
-        for name, rank in marks.items():
-            if name not in found and n and seen >= rank:
-                found[name] = ms
-    found["max_ms"] = max(ms for ms, n in enumerate(histogram) if n)
-    return found
+    return {
+        "p50_ms": bisect_left(running, 0.5 * total),
+        "p99_ms": bisect_left(running, 0.99 * total),
+        "max_ms": bisect_left(running, total),
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import random
 import socket
 import urllib.error
 import urllib.request
@@ -235,3 +236,29 @@ def test_lag_percentiles_from_the_intake_histogram() -> None:
     histogram[7] = 39
     histogram[900] = 1
     assert lag_summary(histogram) == {"p50_ms": 2, "p99_ms": 7, "max_ms": 900}
+
+
+def _lag_summary_by_walking(histogram: list[int]) -> dict[str, int | None]:
+    """The definition: the first bucket holding a heartbeat whose running total reaches
+    the rank; the max, the last bucket holding one."""
+    total = sum(histogram)
+    if not total:
+        return {"p50_ms": None, "p99_ms": None, "max_ms": None}
+    found: dict[str, int | None] = {}
+    seen = 0
+    for ms, n in enumerate(histogram):
+        seen += n
+        for name, rank in (("p50_ms", 0.5 * total), ("p99_ms", 0.99 * total)):
+            if name not in found and n and seen >= rank:
+                found[name] = ms
+    found["max_ms"] = max(ms for ms, n in enumerate(histogram) if n)
+    return found
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_lag_percentiles_match_their_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    histogram = [0] * 2001
+    for _ in range(rng.choice([1, 2, 3, 10, 100, 1000])):
+        histogram[rng.choice([0, 1, 2, 5, rng.randrange(2001), 2000])] += rng.randrange(1, 4)
+    assert lag_summary(histogram) == _lag_summary_by_walking(histogram)
