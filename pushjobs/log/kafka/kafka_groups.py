@@ -48,6 +48,7 @@ from pushjobs.log.kafka.kafka_member import (
     confirmed_by_coordinator,
     generation_of,
     group_overrides,
+    keep_alive,
     leave_group,
     serve_group,
 )
@@ -173,6 +174,10 @@ class KafkaShare(RebalanceEvents):
 
     def _serve(self) -> None:
         serve_group(self._ck, self.consumer, self.group, self._member_id, self._session_s)
+
+    def keep_alive(self) -> None:
+        """See ``KafkaGroupMember.keep_alive``."""
+        keep_alive(self._ck, self.consumer, self.group, self._member_id)
 
     def _take(self, partitions: list[Any]) -> None:
         self._held.update(self._topics_of(partitions))

@@ -133,10 +133,21 @@ class KafkaLog(AppendByBatch):
         # unique id can never collide with a real group.
         reader_group = {"group.id": f"{client_id}.reader.{uuid.uuid4().hex}"}
         self._reader = Reader(
-            ck, self.consumer_settings("reader", reader_group), self.timeouts, self.clock
+            ck,
+            self.consumer_settings("reader", reader_group),
+            self.timeouts,
+            self.clock,
+            keep_alive=self._keep_members_alive,
         )
         self.reach = self._reader.reach
-        self._writer = Writer(ck, self.producer_settings, self.timeouts, self.clock, self.reach)
+        self._writer = Writer(
+            ck,
+            self.producer_settings,
+            self.timeouts,
+            self.clock,
+            self.reach,
+            keep_alive=self._keep_members_alive,
+        )
         self._admin = TopicAdmin(
             ck,
             admin_mod,
@@ -343,6 +354,15 @@ class KafkaLog(AppendByBatch):
             self._writer.close()
 
     # For kafka_member and kafka_groups.
+
+    def _keep_members_alive(self) -> None:
+        """Serve every member's group while a write waits on the cluster: the process is
+        not stuck, the log is, and a standby would wait on the same log. What the members
+        learn meanwhile (a partition lost) is what they would have learnt at their next
+        poll; the fence check after the write sees it."""
+        for member in list(self._members):
+            if member.is_open:
+                member.keep_alive()
 
     def forget_member(self, member: KafkaGroupMember | KafkaShare) -> None:
         with self._lock:

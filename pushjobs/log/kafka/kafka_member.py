@@ -153,6 +153,15 @@ def serve_group(
     log.info("group %s member %s: %s", group, member_id, event.error().str())
 
 
+def keep_alive(ck: Any, consumer: Any, group: str, member_id: str) -> None:
+    """``serve_group`` for a member served in the middle of a write: what goes wrong is
+    left for the member's next poll to raise, not the write's to report."""
+    try:
+        serve_group(ck, consumer, group, member_id)
+    except LogError as exc:
+        log.debug("group %s member %s, served during a write: %s", group, member_id, exc)
+
+
 def leave_group(ck: Any, box: list[Any], name: str) -> None:
     """Leave the group without librdkafka's close, which can freeze the whole process
     (``kafka_close``): unsubscribe and serve what follows while the group is alive, then
@@ -257,6 +266,12 @@ class KafkaGroupMember(RebalanceEvents, NamedMember):
 
     def _serve(self) -> None:
         serve_group(self._ck, self.consumer, self.group, self._member_id)
+
+    def keep_alive(self) -> None:
+        """Serve the group's callbacks, as ``poll`` does, while the process waits on the
+        log: ``max.poll.interval.ms`` counts from here too. Not a poll: the next ``poll``
+        after a long wait still confirms with the coordinator (``_last_poll``)."""
+        keep_alive(self._ck, self.consumer, self.group, self._member_id)
 
     def holds_partition(self) -> bool:
         return self.is_open and PARTITION in self._held
