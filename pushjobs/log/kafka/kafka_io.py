@@ -352,6 +352,9 @@ _MOVING_LEADER = frozenset(
         # the controller fenced, its partitions led elsewhere): asked again, it goes to
         # the partition's new leader.
         "_DESTROY_BROKER",
+        # The leader's log directory failed (its disk full): the controller moves the
+        # partition to a replica in sync, as Kafka's own clients expect.
+        "KAFKA_STORAGE_ERROR",
     }
 )
 
