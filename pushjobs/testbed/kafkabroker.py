@@ -210,8 +210,13 @@ def required(env: Mapping[str, str] | None = None) -> bool:
 
 
 def cluster_id() -> str:
-    """A new KRaft cluster id: 16 random bytes, base64url without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A new KRaft cluster id: 16 random bytes, base64url without padding, never starting
+    with ``-`` (as Kafka's own ``Uuid.randomUuid``): the storage tool's ``-t`` took one
+    that did (one in 64) for an option, and the whole start failed."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 def free_port() -> int:
@@ -408,8 +413,7 @@ class KafkaCluster:
             argv = self._java(
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                self.cluster_id,
+                f"--cluster-id={self.cluster_id}",
                 "-c",
                 str(node.config_path),
             )
