@@ -1,0 +1,171 @@
+"""What the Kafka log does while a request waits on a partition leader that does not
+answer (a broker stopped, killed and not yet fenced, or with its disk failed), without a
+broker: stand-ins for confluent-kafka's producer and consumer.
+
+A write or a watermark read waits in slices and serves the process's group members in
+between (``keep_alive``): a single wait of the whole timeout let the lease's
+``max.poll.interval.ms`` run out on three real brokers (tests/e2e/test_kafka_broker_faults.py).
+Answers that mean the partition's leadership is moving are asked again within the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pushjobs.clock import SystemClock
+from pushjobs.errors import BackendUnavailable
+from pushjobs.log.kafka.kafka_client import KafkaTimeouts
+from pushjobs.log.kafka.kafka_io import Reader, Writer
+from pushjobs.log.kafka.kafka_reach import Reachability
+
+TIMEOUTS = KafkaTimeouts(request_s=5.0, delivery_s=5.0, admin_s=5.0)
+
+
+class Err:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return f"stand-in {self._name}"
+
+    def fatal(self) -> bool:
+        return False
+
+
+class KafkaException(Exception):  # confluent-kafka's name
+    pass
+
+
+class Msg:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class Producer:
+    """Delivers everything produced once ``flush`` has been called ``slow`` times."""
+
+    slow = 0
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.pending: list[Callable[[Any, Any], None]] = []
+        self.flushes: list[float] = []
+        self.next_offset = 0
+
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        self.pending.append(kwargs["on_delivery"])
+
+    def flush(self, timeout: float) -> int:
+        self.flushes.append(timeout)
+        if len(self.flushes) <= self.slow:
+            return len(self.pending)  # still waiting on the partition's leader
+        for report in self.pending:
+            report(None, Msg(self.next_offset))
+            self.next_offset += 1
+        self.pending = []
+        return 0
+
+
+class Consumer:
+    """Answers a watermark request with each of ``answers`` in turn: an error name to raise,
+    or the watermarks."""
+
+    answers: list[str | tuple[int, int]] = []
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.timeouts: list[float] = []
+
+    def get_watermark_offsets(self, part: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        self.timeouts.append(timeout)
+        answer = self.answers.pop(0)
+        if isinstance(answer, str):
+            if answer.startswith("_TIMED_OUT"):
+                # The stand-in's own wait for a leader that does not answer, as long as
+                # it was asked to wait: the fault, not a test waiting (noqa: not a wait).
+                time.sleep(timeout)
+            raise KafkaException(Err(answer))
+        return answer
+
+
+def ck() -> Any:
+    return SimpleNamespace(
+        KafkaException=KafkaException,
+        Producer=Producer,
+        Consumer=Consumer,
+        TopicPartition=lambda topic, partition, offset=0: (topic, partition, offset),
+    )
+
+
+def never_probed(timeout_s: float) -> None:
+    raise AssertionError("the cluster answers: no probe")
+
+
+def writer(keep_alive: Callable[[], None]) -> Writer:
+    reach = Reachability(SystemClock(), never_probed)
+    return Writer(ck(), dict, TIMEOUTS, SystemClock(), reach, keep_alive=keep_alive)
+
+
+def test_a_write_waiting_on_its_partition_serves_the_members_until_it_is_durable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Producer, "slow", 4)
+    served: list[int] = []
+    w = writer(lambda: served.append(1))
+    assert w.produce("commands", [("job:1", b"a"), ("job:2", b"b")], 3) == [0, 1]
+    assert len(served) == 4  # once between each slice of the wait
+    flushes = w._producer.flushes
+    assert len(flushes) == 5 and max(flushes) <= 0.2  # never one wait of the whole timeout
+
+
+def test_a_write_that_goes_through_at_once_serves_nobody() -> None:
+    served: list[int] = []
+    assert writer(lambda: served.append(1)).produce("commands", [("k", b"v")], 0) == [0]
+    assert served == []
+
+
+def reader(keep_alive: Callable[[], None], answers: list[str | tuple[int, int]]) -> Reader:
+    Consumer.answers = list(answers)
+    return Reader(ck(), {}, TIMEOUTS, SystemClock(), keep_alive=keep_alive)
+
+
+@pytest.mark.parametrize("waiting", ["_TIMED_OUT", "_TIMED_OUT_QUEUE"])
+def test_a_watermark_read_waiting_on_its_leader_serves_the_members_in_between(
+    waiting: str,
+) -> None:
+    served: list[int] = []
+    r = reader(lambda: served.append(1), [waiting, waiting, waiting, (2, 9)])
+    assert r.watermarks("commands") == (2, 9)
+    assert len(served) == 3
+    assert max(r._consumer.timeouts) <= 0.2
+
+
+@pytest.mark.parametrize("moving", ["_DESTROY_BROKER", "KAFKA_STORAGE_ERROR"])
+def test_a_leader_going_away_is_asked_again_not_an_outage(moving: str) -> None:
+    # A stopped broker's connection torn down once it was fenced; a leader whose disk
+    # failed: the partition's next leader answers.
+    r = reader(lambda: None, [moving, (0, 4)])
+    assert r.watermarks("commands") == (0, 4)
+
+
+def test_a_leader_that_never_answers_is_an_outage_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("pushjobs.log.kafka.kafka_io.KEEP_ALIVE_S", 0.05)
+    served: list[int] = []
+    Consumer.answers = ["_TIMED_OUT"] * 100
+    r = Reader(
+        ck(), {}, KafkaTimeouts(request_s=0.3), SystemClock(), keep_alive=lambda: served.append(1)
+    )
+    with pytest.raises(BackendUnavailable):
+        r.watermarks("commands")
+    assert 3 <= len(served) <= 6  # about one per slice of 0.05 s, until the deadline
