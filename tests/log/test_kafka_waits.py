@@ -85,6 +85,12 @@ class Consumer:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.timeouts: list[float] = []
 
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        """The topic exists, its partition 0 led by broker 1."""
+        partition = SimpleNamespace(leader=1)
+        found = SimpleNamespace(error=None, partitions={0: partition})
+        return SimpleNamespace(topics={topic: found})
+
     def get_watermark_offsets(self, part: Any, timeout: float, cached: bool) -> tuple[int, int]:
         self.timeouts.append(timeout)
         answer = self.answers.pop(0)
@@ -169,3 +175,12 @@ def test_a_leader_that_never_answers_is_an_outage_at_the_deadline(
     with pytest.raises(BackendUnavailable):
         r.watermarks("commands")
     assert 3 <= len(served) <= 6  # about one per slice of 0.05 s, until the deadline
+
+
+def test_a_partition_whose_leader_is_not_known_yet_is_asked_again_not_an_outage() -> None:
+    # The topic exists (its metadata says so): a server starting beside another that has
+    # just created it, or a leader killed and not yet replaced.
+    served: list[int] = []
+    r = reader(lambda: served.append(1), ["_UNKNOWN_PARTITION", "_UNKNOWN_PARTITION", (1, 3)])
+    assert r.watermarks("commands") == (1, 3)
+    assert len(served) == 2

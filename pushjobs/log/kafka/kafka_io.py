@@ -156,6 +156,15 @@ class Reader:
                     # still exists, which raises the right error.
                     self._known.discard(topic)
                     self.require_topic(topic)
+                    if time.monotonic() < deadline:
+                        # It exists, and its partition has no leader this client knows
+                        # yet (a topic another server just created, a leader killed and
+                        # not yet replaced): asked again, as for a moving leader. It was
+                        # an outage at once, the first thing a server starting beside
+                        # another said on three brokers.
+                        self._keep_alive()
+                        time.sleep(0.05)
+                        continue
                     err = BackendUnavailable(f"{what}: no partition leader known ({exc})")
                 raise err from exc
             if marks is None:
