@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from pushjobs.testbed.kafkabroker import KafkaCluster
+from pushjobs.testbed.kafkabroker import TEST_SETTINGS, KafkaCluster
 from tests.e2e.conftest import TERMINAL
 from tests.e2e.conftest import WHITELIST as BASE_WHITELIST
 from tests.e2e.standby import SECOND
@@ -45,6 +45,7 @@ from tests.e2e.test_standby import Pair
 from tests.e2e.test_standby_kafka import Kafka, info_of, kafka_pair
 from tests.kafka_broker import broker_unavailable, server_log, skip_or_fail
 from tests.support import wait_until
+from tests.tmpfs import fill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -126,7 +127,7 @@ def cluster(brokers: Brokers) -> Iterator[KafkaCluster]:
     """The module's cluster with its three brokers serving (whatever the last test did)."""
     found = brokers.cluster
     if brokers.disk is not None:
-        (brokers.disk / "filler").unlink(missing_ok=True)
+        (brokers.disk / "filler").unlink(missing_ok=True)  # tests.tmpfs.fill's
     for node in found.members:
         if node.running():
             os.kill(node.pid, signal.SIGCONT)
@@ -284,16 +285,7 @@ def test_the_broker_leading_commands_stopped_past_its_session(
 ) -> None:
     # The brokers' broker.session.timeout.ms (3 s here): the controller fences the stopped
     # broker after it, moves its partitions' leadership and drops it from their ISR.
-    session_s = (
-        int(
-            next(
-                line.split("=", 1)[1]
-                for line in cluster.members[0].config_path.read_text().splitlines()
-                if line.startswith("broker.session.timeout.ms=")
-            )
-        )
-        / 1000
-    )
+    session_s = int(TEST_SETTINGS["broker.session.timeout.ms"]) / 1000
     with scene(tmp_path, cluster) as s:
         victim = s.leader_broker("commands")
         s.begin(job_s=3, schedule_in_s=2.0)
@@ -344,12 +336,7 @@ def test_one_brokers_disk_full_mid_job(
     with scene(tmp_path, cluster) as s:
         s.begin(job_s=3, schedule_in_s=2.0)
         leader = s.fault()
-        filler = brokers.disk / "filler"
-        with filler.open("wb", buffering=0) as fh:
-            for size in (65536, 512, 1):
-                with contextlib.suppress(OSError):
-                    while True:
-                        fh.write(b"\0" * size)
+        filler = fill(brokers.disk)
         node = cluster.node(DISK_NODE)
         s.check_once()
         s.carry_on(leader)
