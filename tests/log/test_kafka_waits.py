@@ -10,6 +10,7 @@ Answers that mean the partition's leadership is moving are asked again within th
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -18,9 +19,11 @@ from typing import Any
 import pytest
 
 from pushjobs.clock import SystemClock
-from pushjobs.errors import BackendUnavailable
+from pushjobs.errors import BackendUnavailable, UnknownTopic
 from pushjobs.log.kafka.kafka_client import KafkaTimeouts
 from pushjobs.log.kafka.kafka_io import Reader, Writer
+from pushjobs.log.kafka.kafka_log import KafkaLog
+from pushjobs.log.kafka.kafka_member import confirmed_by_coordinator
 from pushjobs.log.kafka.kafka_reach import Reachability
 
 TIMEOUTS = KafkaTimeouts(request_s=5.0, delivery_s=5.0, admin_s=5.0)
@@ -85,8 +88,12 @@ class Consumer:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.timeouts: list[float] = []
 
+    listed: list[bool] = []  # whether each metadata answer lists the topic; then it does
+
     def list_topics(self, topic: str, timeout: float) -> Any:
-        """The topic exists, its partition 0 led by broker 1."""
+        """The topic, its partition 0 led by broker 1; or no such topic (``listed``)."""
+        if self.listed and not self.listed.pop(0):
+            return SimpleNamespace(topics={})
         partition = SimpleNamespace(leader=1)
         found = SimpleNamespace(error=None, partitions={0: partition})
         return SimpleNamespace(topics={topic: found})
@@ -141,6 +148,7 @@ def test_a_write_that_goes_through_at_once_serves_nobody() -> None:
 
 def reader(keep_alive: Callable[[], None], answers: list[str | tuple[int, int]]) -> Reader:
     Consumer.answers = list(answers)
+    Consumer.listed = []
     return Reader(ck(), {}, TIMEOUTS, SystemClock(), keep_alive=keep_alive)
 
 
@@ -184,3 +192,108 @@ def test_a_partition_whose_leader_is_not_known_yet_is_asked_again_not_an_outage(
     r = reader(lambda: served.append(1), ["_UNKNOWN_PARTITION", "_UNKNOWN_PARTITION", (1, 3)])
     assert r.watermarks("commands") == (1, 3)
     assert len(served) == 2
+
+
+def test_a_topic_a_lagging_broker_calls_unknown_a_moment_after_it_was_seen_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Just created on three brokers: the one asked next had not heard of it yet, and the
+    # server starting first exited ("topic __pushjobs-topics does not exist").
+    r = reader(lambda: None, ["_UNKNOWN_PARTITION", "_UNKNOWN_PARTITION", (0, 2)])
+    monkeypatch.setattr(Consumer, "listed", [False, False])
+    assert r.watermarks("__pushjobs-topics") == (0, 2)
+
+
+def test_a_topic_still_unknown_at_the_deadline_is_unknown() -> None:
+    r = Reader(ck(), {}, KafkaTimeouts(request_s=0.2), SystemClock())
+    Consumer.answers = ["_UNKNOWN_PARTITION"] * 100
+    Consumer.listed = [False] * 100
+    with pytest.raises(UnknownTopic):
+        r.watermarks("gone")
+
+
+class GroupConsumer:
+    """A group member's consumer whose commits meet ``refusals`` first."""
+
+    def __init__(self, refusals: list[str]) -> None:
+        self.refusals = refusals
+        self.polls: list[float] = []
+        self.commits = 0
+
+    def commit(self, offsets: Any, asynchronous: bool) -> list[Any]:
+        self.commits += 1
+        if self.refusals:
+            raise KafkaException(Err(self.refusals.pop(0)))
+        return []
+
+    def committed(self, parts: list[Any], timeout: float) -> list[Any]:
+        self.commits += 1
+        if self.refusals:
+            raise KafkaException(Err(self.refusals.pop(0)))
+        return [SimpleNamespace(error=None, offset=7)]
+
+    def poll(self, timeout: float) -> None:
+        self.polls.append(timeout)
+        # The stand-in waits for events as long as asked, as librdkafka does: the
+        # fault's time passing, not a test waiting (noqa: not a wait).
+        time.sleep(timeout)
+
+
+def owner(request_s: float = 5.0) -> Any:
+    return SimpleNamespace(
+        timeouts=KafkaTimeouts(request_s=request_s),
+        reach=Reachability(SystemClock(), never_probed),
+        control=SimpleNamespace(fence_topic="__pushjobs-fence"),
+    )
+
+
+def test_a_stale_member_epoch_is_not_a_fence_the_commit_is_asked_again() -> None:
+    # The leader group's coordinator moved (its broker stopped): the new one knows an
+    # epoch of the member the member has not heard yet. Taken for a fence, the leader
+    # lost its lease to a standby that met the same.
+    consumer = GroupConsumer(["STALE_MEMBER_EPOCH", "STALE_MEMBER_EPOCH"])
+    assert confirmed_by_coordinator(ck(), consumer, owner(), "leader") is True
+    assert consumer.commits == 3 and len(consumer.polls) == 2
+
+
+def test_a_member_epoch_stale_past_the_deadline_cannot_tell() -> None:
+    consumer = GroupConsumer(["STALE_MEMBER_EPOCH"] * 1000)
+    assert confirmed_by_coordinator(ck(), consumer, owner(request_s=0.3), "leader") is None
+
+
+def test_a_fenced_member_is_still_fenced() -> None:
+    consumer = GroupConsumer(["FENCED_MEMBER_EPOCH"])
+    assert confirmed_by_coordinator(ck(), consumer, owner(), "leader") is False
+
+
+def kafka_log_with(client: GroupConsumer, request_s: float = 5.0) -> KafkaLog:
+    """A ``KafkaLog`` around stand-ins: a reader that knows every topic, one group client."""
+    log = KafkaLog.__new__(KafkaLog)
+    log._ck = ck()
+    log.timeouts = KafkaTimeouts(request_s=request_s)
+    log._lock = threading.RLock()
+    log._closed = False
+    log._members = []
+    log._group_clients = {"starts": client}
+    log._reader = SimpleNamespace(require_topic=lambda topic: None, watermarks=lambda t: (0, 9))
+    log.reach = Reachability(SystemClock(), never_probed)
+    return log
+
+
+@pytest.mark.parametrize(
+    "moving", ["NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"]
+)
+def test_a_coordinator_moving_is_asked_again_for_offsets_not_an_outage(moving: str) -> None:
+    # A new leader reading a schedule partition's offsets as the coordinator moved stood
+    # by at once, "the ordered log cannot be written: ... Not coordinator".
+    client = GroupConsumer([moving, moving])
+    assert kafka_log_with(client).committed("starts", "schedules.1") == 7
+    client = GroupConsumer([moving])
+    kafka_log_with(client).commit("starts", "schedules.1", 3)
+    assert client.commits == 2
+
+
+def test_a_coordinator_that_never_settles_is_an_outage_at_the_deadline() -> None:
+    client = GroupConsumer(["NOT_COORDINATOR"] * 1000)
+    with pytest.raises(BackendUnavailable):
+        kafka_log_with(client, request_s=0.3).committed("starts", "schedules.1")

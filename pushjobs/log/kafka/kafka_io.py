@@ -155,7 +155,18 @@ class Reader:
                     # for it, e.g. with the brokers down: ask the cluster whether the topic
                     # still exists, which raises the right error.
                     self._known.discard(topic)
-                    self.require_topic(topic)
+                    try:
+                        self.require_topic(topic)
+                    except UnknownTopic:
+                        if time.monotonic() >= deadline:
+                            raise
+                        # It was there a moment ago (the caller found it, or created
+                        # it): a broker whose metadata lags the controller's says
+                        # otherwise for a moment. A server starting first on three
+                        # brokers exited on it ("topic ... does not exist").
+                        self._keep_alive()
+                        time.sleep(0.05)
+                        continue
                     if time.monotonic() < deadline:
                         # It exists, and its partition has no leader this client knows
                         # yet (a topic another server just created, a leader killed and
