@@ -21,9 +21,10 @@ import pytest
 from pushjobs.clock import SystemClock
 from pushjobs.errors import BackendUnavailable, UnknownTopic
 from pushjobs.log.kafka.kafka_client import KafkaTimeouts
+from pushjobs.log.kafka.kafka_groups import KafkaShare
 from pushjobs.log.kafka.kafka_io import Reader, Writer
 from pushjobs.log.kafka.kafka_log import KafkaLog
-from pushjobs.log.kafka.kafka_member import confirmed_by_coordinator
+from pushjobs.log.kafka.kafka_member import KafkaGroupMember, confirmed_by_coordinator
 from pushjobs.log.kafka.kafka_reach import Reachability
 
 TIMEOUTS = KafkaTimeouts(request_s=5.0, delivery_s=5.0, admin_s=5.0)
@@ -297,3 +298,109 @@ def test_a_coordinator_that_never_settles_is_an_outage_at_the_deadline() -> None
     client = GroupConsumer(["NOT_COORDINATOR"] * 1000)
     with pytest.raises(BackendUnavailable):
         kafka_log_with(client, request_s=0.3).committed("starts", "schedules.1")
+
+
+class ShareConsumer:
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        pass
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+    def commit(self, offsets: Any, asynchronous: bool) -> list[Any]:
+        return []
+
+    def consumer_group_metadata(self) -> bytes:
+        return b""
+
+
+def part(topic: str) -> Any:
+    return SimpleNamespace(topic=topic, partition=0)
+
+
+def share_losing(
+    monkeypatch: pytest.MonkeyPatch, *, on_read: str | None = None, on_claim: str | None = None
+) -> KafkaShare:
+    """A share holding schedules.0 and .1 that loses ``on_read`` while it reads the claims,
+    or ``on_claim`` while it writes its claim: the callbacks a wait on the cluster serves
+    (``KafkaLog._keep_members_alive``), inside the share's own poll."""
+    fake_ck = SimpleNamespace(
+        KafkaException=KafkaException,
+        Consumer=lambda settings: ShareConsumer(),
+        TopicPartition=lambda topic, partition, offset=0: (topic, partition, offset),
+    )
+    monkeypatch.setattr("pushjobs.log.kafka.kafka_groups.load", lambda: (fake_ck, None))
+    epochs = iter(range(10, 100))
+
+    def current_epoch(group: str) -> int:
+        if on_read is not None and on_read in share._held:
+            share._drop([part(on_read)])
+        return 0
+
+    def claim(group: str, member_id: str, generation: int) -> int:
+        if on_claim is not None and group.endswith(on_claim):
+            share._drop([part(on_claim)])
+        return next(epochs)
+
+    owner = SimpleNamespace(
+        consumer_settings=lambda role, settings: {},
+        clock=SystemClock(),
+        timeouts=KafkaTimeouts(request_s=1.0),
+        reach=Reachability(SystemClock(), never_probed),
+        control=SimpleNamespace(
+            fence_topic="__pushjobs-fence", current_epoch=current_epoch, claim=claim
+        ),
+    )
+    topics = ["schedules.0", "schedules.1"]
+    share = KafkaShare(owner, "schedulers", topics, "server-a", session_timeout_s=2.0)  # type: ignore[arg-type]
+    share._take([part(t) for t in topics])
+    return share
+
+
+def test_a_partition_lost_while_the_share_reads_its_claims_is_not_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It raised "Set changed size during iteration" out of the server's loop, and the
+    # server exited.
+    share = share_losing(monkeypatch, on_read="schedules.1")
+    fences = share.poll()
+    assert list(fences) == ["schedules.0"]
+
+
+def test_a_partition_lost_while_its_claim_is_written_is_not_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    share = share_losing(monkeypatch, on_claim="schedules.0")
+    fences = share.poll()
+    assert list(fences) == ["schedules.1"]
+    assert "schedules.0" not in share.epochs
+
+
+def test_a_lease_lost_while_its_claim_is_written_is_no_epoch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_ck = SimpleNamespace(
+        KafkaException=KafkaException,
+        Consumer=lambda settings: ShareConsumer(),
+        TopicPartition=lambda topic, partition, offset=0: (topic, partition, offset),
+    )
+    monkeypatch.setattr("pushjobs.log.kafka.kafka_member.load", lambda: (fake_ck, None))
+
+    def claim(group: str, member_id: str, generation: int) -> int:
+        member._drop([part("commands")])  # the coordinator gave the partition away
+        return 7
+
+    owner = SimpleNamespace(
+        consumer_settings=lambda role, settings: {},
+        group_protocol="consumer",
+        clock=SystemClock(),
+        timeouts=KafkaTimeouts(request_s=1.0),
+        reach=Reachability(SystemClock(), never_probed),
+        control=SimpleNamespace(
+            fence_topic="__pushjobs-fence", current_epoch=lambda group: 0, claim=claim
+        ),
+    )
+    member = KafkaGroupMember(owner, "leader", "commands", "server-a", 2.0)  # type: ignore[arg-type]
+    member._take([part("commands")])
+    assert member.poll() is None
+    assert member.epoch is None

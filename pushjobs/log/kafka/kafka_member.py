@@ -271,6 +271,11 @@ class KafkaGroupMember(RebalanceEvents, NamedMember):
             return self.epoch  # still the owner after a pause: no new claim
         previous = self.epoch
         self.epoch = self._log.control.claim(self.group, self._member_id, self._generation())
+        if not self.holds_partition():
+            # Lost while the claim was written (its wait serves the callbacks): a claim
+            # of a partition no longer held is no epoch to lead with.
+            self.epoch = None
+            return None
         log.info(
             "group %s: member %s owns %s with epoch %d (previous claim epoch %d%s)",
             self.group,
