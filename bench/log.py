@@ -1,6 +1,18 @@
-"""Benchmark of the sqlite ordered log beside raw write+fsync on the same disk, same run.
+"""Benchmark of the ordered log: SQLite beside raw write+fsync on the same disk, and the
+backends side by side (SQLite, librdkafka's mock cluster, a real Kafka broker), same run.
 
-    python bench/log.py [--quick] [--dir DIR]
+    python bench/log.py [--quick] [--dir DIR] [--backends sqlite,mock,kafka,kafka3]
+
+Backends: a durable append's latency (one at a time: median, 99th percentile) and the
+throughput of appends one at a time and in batches of 100, on SQLite (fsync on commit),
+on librdkafka's mock cluster (in memory, in a process of its own) and on Apache Kafka
+(``pushjobs.testbed.kafkabroker``: one broker, and three with replication factor 3 and
+``min.insync.replicas`` 2: ``acks=all`` waits for two). The brokers run on this machine,
+so their figures include their JVMs' share of its cores; a backend that cannot run here
+(no Java or jars, no confluent-kafka) is reported as skipped, saying why. Kafka
+acknowledges an append once every in-sync replica has it in its page cache, without an
+fsync (``log.flush.*`` are off by default): its durability is the replicas', where
+SQLite's is the disk's.
 
 Durable appends, one at a time and batched, are set against the floor any durable log
 pays: writing the same bytes and calling fsync, in a file in the same directory (ratio
@@ -13,19 +25,26 @@ compaction time and file size, so it shows how each one grows.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import shutil
 import sqlite3
+import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.log.base import TopicPolicy
-from pushjobs.log.fold import fold
-from pushjobs.log.sqlite.sqlite_log import SqliteLog
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(1, str(ROOT))  # the mock cluster's host (tests/log), from a source checkout
+
+from pushjobs.log.base import OrderedLog, TopicPolicy  # noqa: E402
+from pushjobs.log.fold import fold  # noqa: E402
+from pushjobs.log.sqlite.sqlite_log import SqliteLog  # noqa: E402
 
 VALUE_BYTES = 200
 LOAD_BATCH = 10_000
@@ -102,6 +121,107 @@ def durability(workdir: Path, quick: bool) -> None:
         log.close()
 
 
+@contextlib.contextmanager
+def backend_log(name: str, workdir: Path) -> Iterator[OrderedLog]:
+    """An empty log on backend ``name``; raises ``RuntimeError`` saying why it cannot run."""
+    if name == "sqlite":
+        log: OrderedLog = SqliteLog(workdir / "backends.db")
+        try:
+            yield log
+        finally:
+            log.close()
+        return
+    try:
+        from pushjobs.log.kafka.kafka_log import KafkaLog
+    except ImportError as exc:
+        raise RuntimeError(f"confluent-kafka is not installed: {exc}") from exc
+    if name == "mock":
+        from tests.log.kafka_support import MockClusterHost, available
+
+        reason = available()
+        if reason is not None:
+            raise RuntimeError(reason)
+        host = MockClusterHost()
+        try:
+            cluster = host.new_cluster()
+            log = cluster.open_log()
+            try:
+                yield log
+            finally:
+                log.close()
+        finally:
+            host.close()
+        return
+    from pushjobs.testbed import kafkabroker
+
+    reason = kafkabroker.unavailable()
+    if reason is not None:
+        raise RuntimeError(reason)
+    nodes = 3 if name == "kafka3" else 1
+    with kafkabroker.KafkaCluster(workdir / f"kafka-{nodes}", nodes=nodes) as brokers:
+        log = KafkaLog(brokers.bootstrap, client_id="bench")
+        try:
+            yield log
+        finally:
+            log.close()
+
+
+def backend_figures(log: OrderedLog, quick: bool) -> dict[str, float]:
+    """Append latency (ms: median, p99) and throughput (records/s: single, batched)."""
+    log.create_topic("events", TopicPolicy())
+    value = os.urandom(VALUE_BYTES)
+    for i in range(20):  # warm: connections, metadata, the producer id
+        log.append("events", f"warm:{i}", value)
+    singles = 200 if quick else 1000
+    took = []
+    for i in range(singles):
+        start = time.perf_counter()
+        log.append("events", f"job:{i % 1000}", value)
+        took.append(time.perf_counter() - start)
+    took.sort()
+    batches = 20 if quick else 100
+    rows = [(f"job:{i}", value) for i in range(100)]
+    start = time.perf_counter()
+    for _ in range(batches):
+        log.append_batch("events", rows)
+    batched_s = time.perf_counter() - start
+    return {
+        "p50_ms": statistics.median(took) * 1000,
+        "p99_ms": took[min(len(took) - 1, int(len(took) * 0.99))] * 1000,
+        "single_rps": singles / sum(took),
+        "batch_rps": batches * 100 / batched_s,
+    }
+
+
+def backends(workdir: Path, names: list[str], quick: bool) -> None:
+    # The mock refuses the admin API and a new broker loads its coordinators: warnings the
+    # log rightly gives a server's operator, noise between a benchmark's figures.
+    logging.getLogger("pushjobs").setLevel(logging.ERROR)
+    print("\n== durable appends per backend (200-byte values, one partition)")
+    print(
+        f"{'backend':<34}{'p50 ms':>9}{'p99 ms':>9}{'1-at-a-time rec/s':>19}{'batch-100 rec/s':>17}"
+    )
+    labels = {
+        "sqlite": "SQLite (fsync on commit)",
+        "mock": "librdkafka mock cluster",
+        "kafka": "Kafka 1 broker",
+        "kafka3": "Kafka 3 brokers (RF 3, ISR>=2)",
+    }
+    for name in names:
+        label = labels.get(name, name)
+        try:
+            with backend_log(name, workdir) as log:
+                f = backend_figures(log, quick)
+        except RuntimeError as exc:
+            print(f"{label:<34}skipped: {exc}")
+            continue
+        print(
+            f"{label:<34}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['single_rps']:>19,.0f}"
+            f"{f['batch_rps']:>17,.0f}",
+            flush=True,
+        )
+
+
 def build(path: Path, records: int, keys: int) -> float:
     """A compacted topic of ``records`` over ``keys`` keys; return the load rate."""
     value = os.urandom(VALUE_BYTES)
@@ -175,6 +295,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a few seconds")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument(
+        "--backends", default="sqlite,mock,kafka,kafka3", help="the side-by-side section"
+    )
+    parser.add_argument("--only-backends", action="store_true", help="that section alone")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="pushjobs-bench-", dir=args.dir))
     print(describe())
@@ -182,8 +306,10 @@ def main() -> None:
     print(f"SQLite {sqlite3.sqlite_version}; work dir {workdir}")
     started = time.perf_counter()
     try:
-        durability(workdir, args.quick)
-        growth(workdir, args.quick)
+        backends(workdir, [n for n in args.backends.split(",") if n], args.quick)
+        if not args.only_backends:
+            durability(workdir, args.quick)
+            growth(workdir, args.quick)
     finally:
         shutil.rmtree(workdir)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")

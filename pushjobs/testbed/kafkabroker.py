@@ -210,8 +210,13 @@ def required(env: Mapping[str, str] | None = None) -> bool:
 
 
 def cluster_id() -> str:
-    """A new KRaft cluster id: 16 random bytes, base64url without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A new KRaft cluster id: 16 random bytes, base64url without padding, never starting
+    with ``-`` (as Kafka's own ``Uuid.randomUuid``): the storage tool's ``-t`` took one
+    that did (one in 64) for an option, and the whole start failed."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 def free_port() -> int:
@@ -290,6 +295,9 @@ class KafkaCluster:
     them over ``replication_settings`` and ``TEST_SETTINGS``; untuned, a node has only
     what it needs to run here (its listeners, quorum and directory, ``RUN_SETTINGS``) and
     Kafka's defaults for the rest, as a recipe that sets up brokers by hand expects.
+    ``log_dirs`` puts a node's data (its ``log.dirs``, the metadata log included) in a
+    directory of the caller's instead of its own ``data``: a small file system of its own,
+    to fill up under it. What is in it is removed when the node is laid out.
     """
 
     root: Path
@@ -298,6 +306,7 @@ class KafkaCluster:
     tuned: bool = True
     jars: Path | None = None
     start_timeout_s: float = START_TIMEOUT_S
+    log_dirs: Mapping[int, Path] = field(default_factory=dict)
     members: list[Node] = field(default_factory=list, init=False)
     cluster_id: str = field(default_factory=cluster_id, init=False)
 
@@ -325,6 +334,10 @@ class KafkaCluster:
             if node.node_id == node_id:
                 return node
         raise SandboxError(f"no kafka node {node_id} (nodes: {[n.node_id for n in self.members]})")
+
+    def data_dir(self, node: Node) -> Path:
+        """Where ``node`` keeps its partitions and its metadata log."""
+        return self.log_dirs.get(node.node_id, node.directory / "data")
 
     # Starting.
 
@@ -358,6 +371,8 @@ class KafkaCluster:
             if directory.exists():
                 shutil.rmtree(directory)
             (directory / "data").mkdir(parents=True)
+            if node_id in self.log_dirs:
+                _empty(self.log_dirs[node_id])
             self.members.append(Node(node_id, free_port(), free_port(), directory))
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.members)
         for node in self.members:
@@ -371,7 +386,7 @@ class KafkaCluster:
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                "log.dirs": str(node.directory / "data"),
+                "log.dirs": str(self.data_dir(node)),
                 **RUN_SETTINGS,
                 **(replication_settings(self.nodes) if self.tuned else {}),
                 **(TEST_SETTINGS if self.tuned else {}),
@@ -398,8 +413,7 @@ class KafkaCluster:
             argv = self._java(
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                self.cluster_id,
+                f"--cluster-id={self.cluster_id}",
                 "-c",
                 str(node.config_path),
             )
@@ -496,6 +510,16 @@ class KafkaCluster:
         deadline = time.monotonic() + grace_s
         for proc in running:
             _wait_or_kill(proc, max(0.0, deadline - time.monotonic()))
+
+
+def _empty(directory: Path) -> None:
+    """Remove what ``directory`` holds, keeping it (it may be a mount point)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _popen(argv: Sequence[str], out: Any) -> subprocess.Popen[bytes]:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -92,10 +92,16 @@ def kafka(request: pytest.FixtureRequest) -> Kafka:
 
 
 @contextlib.contextmanager
-def kafka_pair(tmp_path: Path, kafka: Kafka) -> Iterator[tuple[Pair, MockCluster | None]]:
+def kafka_pair(
+    tmp_path: Path,
+    kafka: Kafka,
+    whitelist: Mapping[str, str] = WHITELIST,
+    server: Mapping[str, object] | None = None,
+) -> Iterator[tuple[Pair, MockCluster | None]]:
     """The sandbox's server leads on ``kafka``, ``server-b`` stands by; three agents list
-    both, the standby first."""
-    sandbox = Sandbox(tmp_path / "fleet", whitelist=WHITELIST, server_extra={"log": kafka.log})
+    both, the standby first. ``server``: settings of the servers' ``[server]`` table."""
+    extra = {"log": kafka.log, "server": dict(server or {})}
+    sandbox = Sandbox(tmp_path / "fleet", whitelist=whitelist, server_extra=extra)
     sandbox.prepare()
     try:
         sandbox.start_server()

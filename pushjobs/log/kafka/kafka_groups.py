@@ -48,6 +48,7 @@ from pushjobs.log.kafka.kafka_member import (
     confirmed_by_coordinator,
     generation_of,
     group_overrides,
+    keep_alive,
     leave_group,
     serve_group,
 )
@@ -115,10 +116,14 @@ class KafkaShare(RebalanceEvents):
         paused = self._last_poll is not None and now - self._last_poll > self._session_s / 2
         self._last_poll = now
         self._serve()
-        if not self._held:
+        # The callbacks may run again below, inside the log's reads and writes (a wait on
+        # the cluster serves the members: ``KafkaLog._keep_members_alive``): what is held
+        # is read from a copy here and checked again before it is answered.
+        held = sorted(self._held)
+        if not held:
             return {}
-        current = {t: self._log.control.current_epoch(self._fence_group(t)) for t in self._held}
-        stale = sorted(t for t in self._held if paused or self.epochs.get(t) != current[t])
+        current = {t: self._log.control.current_epoch(self._fence_group(t)) for t in held}
+        stale = [t for t in held if paused or self.epochs.get(t) != current[t]]
         if stale:
             confirmed = confirmed_by_coordinator(self._ck, self.consumer, self._log, self.group)
             if confirmed is False:
@@ -131,7 +136,15 @@ class KafkaShare(RebalanceEvents):
         return self._fences(self.epochs)
 
     def _fences(self, topics: Iterable[str]) -> dict[str, Fence]:
-        return {t: Fence(self._fence_group(t), self.epochs[t]) for t in sorted(topics)}
+        # An epoch claimed for a topic lost meanwhile (the claim's own write served the
+        # callbacks) is no fence to answer with.
+        for topic in [t for t in self.epochs if t not in self._held]:
+            del self.epochs[topic]
+        return {
+            t: Fence(self._fence_group(t), self.epochs[t])
+            for t in sorted(topics)
+            if t in self.epochs
+        }
 
     def _claim(self, topics: list[str], current: dict[str, int]) -> None:
         generation = generation_of(self._ck, self.consumer)
@@ -173,6 +186,10 @@ class KafkaShare(RebalanceEvents):
 
     def _serve(self) -> None:
         serve_group(self._ck, self.consumer, self.group, self._member_id, self._session_s)
+
+    def keep_alive(self) -> None:
+        """See ``KafkaGroupMember.keep_alive``."""
+        keep_alive(self._ck, self.consumer, self.group, self._member_id)
 
     def _take(self, partitions: list[Any]) -> None:
         self._held.update(self._topics_of(partitions))

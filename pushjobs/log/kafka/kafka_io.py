@@ -31,16 +31,27 @@ log = logging.getLogger(__name__)
 PARTITION = 0
 EPOCH_HEADER = "pushjobs.epoch"
 READ_CHUNK = 1000
+# While a write waits, the process's group members are served this often: well within the
+# shortest session a group may have (1 s).
+KEEP_ALIVE_S = 0.2
 
 
 class Reader:
     """Topic existence, watermarks and scans of partition 0, through one unassigned consumer."""
 
     def __init__(
-        self, ck: ModuleType, settings: dict[str, Any], timeouts: KafkaTimeouts, clock: Clock
+        self,
+        ck: ModuleType,
+        settings: dict[str, Any],
+        timeouts: KafkaTimeouts,
+        clock: Clock,
+        *,
+        keep_alive: Callable[[], None] = lambda: None,
     ) -> None:
+        """``keep_alive``: as the writer's, while a request waits on a partition's leader."""
         self._ck = ck
         self._timeouts = timeouts
+        self._keep_alive = keep_alive
         self._known: set[str] = set()
         try:
             self._consumer = ck.Consumer(settings)
@@ -120,12 +131,18 @@ class Reader:
         deadline = time.monotonic() + self._timeouts.request_s
         while True:
             try:
+                # In slices, the members kept alive in between (``Writer._flush`` says
+                # why): a stopped broker leading the partition answers nothing until the
+                # controller fences it and the request times out.
                 marks = self._consumer.get_watermark_offsets(
                     self._ck.TopicPartition(topic, PARTITION),
-                    timeout=max(0.001, deadline - time.monotonic()),
+                    timeout=max(0.001, min(KEEP_ALIVE_S, deadline - time.monotonic())),
                     cached=False,
                 )
             except self._ck.KafkaException as exc:
+                if _timed_out(exc) and time.monotonic() < deadline:
+                    self._keep_alive()
+                    continue
                 if _moving_leader(exc) and time.monotonic() < deadline:
                     # librdkafka does not retry a ListOffsets that met a partition whose
                     # leadership is moving (a topic just created, a broker gone): the
@@ -138,7 +155,27 @@ class Reader:
                     # for it, e.g. with the brokers down: ask the cluster whether the topic
                     # still exists, which raises the right error.
                     self._known.discard(topic)
-                    self.require_topic(topic)
+                    try:
+                        self.require_topic(topic)
+                    except UnknownTopic:
+                        if time.monotonic() >= deadline:
+                            raise
+                        # It was there a moment ago (the caller found it, or created
+                        # it): a broker whose metadata lags the controller's says
+                        # otherwise for a moment. A server starting first on three
+                        # brokers exited on it ("topic ... does not exist").
+                        self._keep_alive()
+                        time.sleep(0.05)
+                        continue
+                    if time.monotonic() < deadline:
+                        # It exists, and its partition has no leader this client knows
+                        # yet (a topic another server just created, a leader killed and
+                        # not yet replaced): asked again, as for a moving leader. It was
+                        # an outage at once, the first thing a server starting beside
+                        # another said on three brokers.
+                        self._keep_alive()
+                        time.sleep(0.05)
+                        continue
                     err = BackendUnavailable(f"{what}: no partition leader known ({exc})")
                 raise err from exc
             if marks is None:
@@ -175,6 +212,7 @@ class Reader:
                 if batch:
                     stall_deadline = time.monotonic() + self._timeouts.request_s
                     continue
+                self._keep_alive()  # a stall: the partition's leader may not answer
                 # Offsets may end in a gap (compacted away, transaction markers): the
                 # position, not the last record, says the scan is complete.
                 if self._consumer.position([part])[0].offset >= high:
@@ -217,9 +255,14 @@ class Writer:
         timeouts: KafkaTimeouts,
         clock: Clock,
         reach: Reachability,
+        *,
+        keep_alive: Callable[[], None] = lambda: None,
     ) -> None:
+        """``keep_alive`` is called every ``KEEP_ALIVE_S`` while a write waits for the
+        cluster (see ``_flush``)."""
         self._ck = ck
         self._reach = reach
+        self._keep_alive = keep_alive
         self._settings = settings
         self._timeouts = timeouts
         self._clock = clock
@@ -273,7 +316,7 @@ class Writer:
                     self._producer.poll(0.05)
                 except self._ck.KafkaException as exc:
                     raise translate_exception(exc, what) from exc
-        left = self._producer.flush(max(0.0, deadline - time.monotonic()))
+        left = self._flush(deadline)
         if left:
             # message.timeout.ms should have failed them by now; never let them linger
             # and land after we reported a failure.
@@ -290,6 +333,23 @@ class Writer:
                 raise translate(result, what)
             offsets.append(result)
         return offsets
+
+    def _flush(self, deadline: float) -> int:
+        """Wait for the delivery reports until ``deadline``; the records still unreported.
+
+        In slices, calling ``keep_alive`` between them: a write waits as long as a
+        partition has no leader that answers (a broker stopped, or killed and not yet
+        fenced by the controller: ``broker.session.timeout.ms``, 9 s by default), and the
+        process's group members would otherwise miss their ``max.poll.interval.ms`` (the
+        lease's session) and hand the lease to a standby that waits on the same log.
+        """
+        while True:
+            left = int(
+                self._producer.flush(min(KEEP_ALIVE_S, max(0.0, deadline - time.monotonic())))
+            )
+            if not left or time.monotonic() >= deadline:
+                return left
+            self._keep_alive()
 
     def close(self) -> None:
         left = self._producer.flush(self._timeouts.delivery_s)
@@ -308,8 +368,23 @@ _MOVING_LEADER = frozenset(
         "FENCED_LEADER_EPOCH",
         "OFFSET_NOT_AVAILABLE",
         "REPLICA_NOT_AVAILABLE",
+        # A request left on a broker connection librdkafka tore down (a stopped broker
+        # the controller fenced, its partitions led elsewhere): asked again, it goes to
+        # the partition's new leader.
+        "_DESTROY_BROKER",
+        # The leader's log directory failed (its disk full): the controller moves the
+        # partition to a replica in sync, as Kafka's own clients expect.
+        "KAFKA_STORAGE_ERROR",
     }
 )
+
+
+def _timed_out(exc: BaseException) -> bool:
+    err = exc.args[0] if exc.args and hasattr(exc.args[0], "name") else None
+    # _TIMED_OUT_QUEUE: the slice ended before the request left librdkafka's queue for a
+    # broker that does not answer (killed, not yet fenced): the slice's own timeout.
+    timed_out = {"_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT"}
+    return err is not None and error_name(err) in timed_out
 
 
 def _moving_leader(exc: BaseException) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +62,7 @@ from pushjobs.log.kafka.kafka_client import (
     Config,
     KafkaTimeouts,
     client_config,
+    error_name,
     load,
     producer_guarantees,
     translate,
@@ -77,6 +79,7 @@ log = logging.getLogger(__name__)
 FRAMING_BYTES = 64 * 1024
 # Scans read up to a known high watermark: waiting at the broker for more only delays.
 FETCH_WAIT_MS = 10
+COORDINATOR_RETRY_S = 0.1
 
 __all__ = ["KafkaLog", "KafkaTimeouts", "topic_config"]
 
@@ -133,10 +136,21 @@ class KafkaLog(AppendByBatch):
         # unique id can never collide with a real group.
         reader_group = {"group.id": f"{client_id}.reader.{uuid.uuid4().hex}"}
         self._reader = Reader(
-            ck, self.consumer_settings("reader", reader_group), self.timeouts, self.clock
+            ck,
+            self.consumer_settings("reader", reader_group),
+            self.timeouts,
+            self.clock,
+            keep_alive=self._keep_members_alive,
         )
         self.reach = self._reader.reach
-        self._writer = Writer(ck, self.producer_settings, self.timeouts, self.clock, self.reach)
+        self._writer = Writer(
+            ck,
+            self.producer_settings,
+            self.timeouts,
+            self.clock,
+            self.reach,
+            keep_alive=self._keep_members_alive,
+        )
         self._admin = TopicAdmin(
             ck,
             admin_mod,
@@ -264,16 +278,21 @@ class KafkaLog(AppendByBatch):
     def committed(self, group: str, topic: str) -> int | None:
         what = f"reading the offset of group {group!r} on {topic}"
         with self._topic_locked(topic), self.reach.attempt(what):
-            try:
-                (part,) = self._group_client(group).committed(
-                    [self._ck.TopicPartition(topic, PARTITION)], timeout=self.timeouts.request_s
-                )
-            except self._ck.KafkaException as exc:
-                raise translate_exception(exc, what) from exc
-            if part.error is not None:
-                raise translate(part.error, what)
-            offset = int(part.offset)
-            return offset if offset >= 0 else None
+            deadline = time.monotonic() + self.timeouts.request_s
+            while True:
+                try:
+                    (part,) = self._group_client(group).committed(
+                        [self._ck.TopicPartition(topic, PARTITION)],
+                        timeout=max(0.001, deadline - time.monotonic()),
+                    )
+                except self._ck.KafkaException as exc:
+                    if _coordinator_moving(exc) and self._wait_for_coordinator(deadline):
+                        continue
+                    raise translate_exception(exc, what) from exc
+                if part.error is not None:
+                    raise translate(part.error, what)
+                offset = int(part.offset)
+                return offset if offset >= 0 else None
 
     def commit(self, group: str, topic: str, offset: int) -> None:
         what = f"committing offset {offset} of group {group!r} on {topic}"
@@ -281,13 +300,18 @@ class KafkaLog(AppendByBatch):
             checks.check_commit_start(topic, offset)
             checks.check_not_past_end(topic, offset, self._reader.watermarks(topic)[1])
             with self.reach.attempt(what):
-                try:
-                    parts = self._group_client(group).commit(
-                        offsets=[self._ck.TopicPartition(topic, PARTITION, offset)],
-                        asynchronous=False,
-                    )
-                except self._ck.KafkaException as exc:
-                    raise translate_exception(exc, what) from exc
+                deadline = time.monotonic() + self.timeouts.request_s
+                while True:
+                    try:
+                        parts = self._group_client(group).commit(
+                            offsets=[self._ck.TopicPartition(topic, PARTITION, offset)],
+                            asynchronous=False,
+                        )
+                        break
+                    except self._ck.KafkaException as exc:
+                        if _coordinator_moving(exc) and self._wait_for_coordinator(deadline):
+                            continue
+                        raise translate_exception(exc, what) from exc
             for part in parts or []:
                 if part.error is not None:
                     raise translate(part.error, what)
@@ -342,7 +366,25 @@ class KafkaLog(AppendByBatch):
             self._reader.close()
             self._writer.close()
 
+    def _wait_for_coordinator(self, deadline: float) -> bool:
+        """A moment for the group's coordinator to settle on its new broker, the members
+        served meanwhile; False once ``deadline`` has passed."""
+        if time.monotonic() >= deadline:
+            return False
+        self._keep_members_alive()
+        time.sleep(COORDINATOR_RETRY_S)  # bounded by the request's deadline
+        return True
+
     # For kafka_member and kafka_groups.
+
+    def _keep_members_alive(self) -> None:
+        """Serve every member's group while a write waits on the cluster: the process is
+        not stuck, the log is, and a standby would wait on the same log. What the members
+        learn meanwhile (a partition lost) is what they would have learnt at their next
+        poll; the fence check after the write sees it."""
+        for member in list(self._members):
+            if member.is_open:
+                member.keep_alive()
 
     def forget_member(self, member: KafkaGroupMember | KafkaShare) -> None:
         with self._lock:
@@ -391,6 +433,18 @@ class KafkaLog(AppendByBatch):
                 raise translate_exception(exc, f"creating a client for group {group}") from exc
             self._group_clients[group] = client
         return client
+
+
+# A group's coordinator moving to another broker (the one it was on stopped, killed or
+# with its disk failed) or loading the group there: asked again, within the deadline.
+_COORDINATOR_MOVING = frozenset(
+    {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS"}
+)
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    err = exc.args[0] if exc.args and hasattr(exc.args[0], "name") else None
+    return err is not None and error_name(err) in _COORDINATOR_MOVING
 
 
 if TYPE_CHECKING:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from pushjobs.errors import BackendUnavailable, FencedError, LogError
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 
 GroupProtocol = Literal["consumer", "classic"]
 PARTITION = 0
+STALE_RETRY_S = 0.1  # between commits that met a stale member epoch
 _GROUP_METADATA_MAGIC = b"CGMDv2:"
 
 
@@ -86,31 +88,47 @@ def group_overrides(
 
 def confirmed_by_coordinator(ck: Any, consumer: Any, owner: KafkaLog, group: str) -> bool | None:
     """Is ``consumer`` still a member of ``group``'s current generation? None: cannot tell
-    while a rebalance is in progress (the classic protocol refuses commits meanwhile).
+    while a rebalance is in progress (the classic protocol refuses commits meanwhile), or
+    while the coordinator says the member's epoch is stale past the request timeout.
 
     A synchronous offset commit into the fence topic, which the broker refuses from an
     expired member.
+
+    ``STALE_MEMBER_EPOCH`` is not an expiry (KIP-848): the coordinator knows a newer epoch
+    of this member than the member has heard, as after the group's coordinator moved to
+    another broker (its first broker stopped, or killed). The member's next heartbeat
+    brings the epoch, so the commit is asked again meanwhile, the group served between
+    tries. Taken for a fence, it cost the leader its lease on three brokers, the standby
+    hearing the same.
     """
     what = f"confirming membership of group {group!r}"
+    deadline = time.monotonic() + owner.timeouts.request_s
     with owner.reach.attempt(what):
         fence = ck.TopicPartition(owner.control.fence_topic, PARTITION, 0)
-        try:
-            parts = consumer.commit(offsets=[fence], asynchronous=False)
-        except ck.KafkaException as exc:
-            if exc.args and error_name(exc.args[0]) == "REBALANCE_IN_PROGRESS":
-                return None
-            err = translate_exception(exc, what)
-            if isinstance(err, FencedError):
-                log.info("group %s: %s", group, err)
-                return False
-            raise err from exc
-        for part in parts or []:
-            if part.error is not None:
-                err = translate(part.error, what)
+        while True:
+            try:
+                parts = consumer.commit(offsets=[fence], asynchronous=False)
+            except ck.KafkaException as exc:
+                name = error_name(exc.args[0]) if exc.args else "UNKNOWN"
+                if name == "REBALANCE_IN_PROGRESS":
+                    return None
+                if name == "STALE_MEMBER_EPOCH":
+                    if time.monotonic() >= deadline:
+                        return None
+                    consumer.poll(STALE_RETRY_S)  # its heartbeats' answers, its callbacks
+                    continue
+                err = translate_exception(exc, what)
                 if isinstance(err, FencedError):
+                    log.info("group %s: %s", group, err)
                     return False
-                raise err
-        return True
+                raise err from exc
+            for part in parts or []:
+                if part.error is not None:
+                    err = translate(part.error, what)
+                    if isinstance(err, FencedError):
+                        return False
+                    raise err
+            return True
 
 
 def generation_of(ck: Any, consumer: Any) -> int:
@@ -151,6 +169,15 @@ def serve_group(
         )
     # e.g. the member left after max.poll.interval.ms; librdkafka rejoins by itself.
     log.info("group %s member %s: %s", group, member_id, event.error().str())
+
+
+def keep_alive(ck: Any, consumer: Any, group: str, member_id: str) -> None:
+    """``serve_group`` for a member served in the middle of a write: what goes wrong is
+    left for the member's next poll to raise, not the write's to report."""
+    try:
+        serve_group(ck, consumer, group, member_id)
+    except LogError as exc:
+        log.debug("group %s member %s, served during a write: %s", group, member_id, exc)
 
 
 def leave_group(ck: Any, box: list[Any], name: str) -> None:
@@ -244,6 +271,11 @@ class KafkaGroupMember(RebalanceEvents, NamedMember):
             return self.epoch  # still the owner after a pause: no new claim
         previous = self.epoch
         self.epoch = self._log.control.claim(self.group, self._member_id, self._generation())
+        if not self.holds_partition():
+            # Lost while the claim was written (its wait serves the callbacks): a claim
+            # of a partition no longer held is no epoch to lead with.
+            self.epoch = None
+            return None
         log.info(
             "group %s: member %s owns %s with epoch %d (previous claim epoch %d%s)",
             self.group,
@@ -257,6 +289,12 @@ class KafkaGroupMember(RebalanceEvents, NamedMember):
 
     def _serve(self) -> None:
         serve_group(self._ck, self.consumer, self.group, self._member_id)
+
+    def keep_alive(self) -> None:
+        """Serve the group's callbacks, as ``poll`` does, while the process waits on the
+        log: ``max.poll.interval.ms`` counts from here too. Not a poll: the next ``poll``
+        after a long wait still confirms with the coordinator (``_last_poll``)."""
+        keep_alive(self._ck, self.consumer, self.group, self._member_id)
 
     def holds_partition(self) -> bool:
         return self.is_open and PARTITION in self._held
