@@ -16,7 +16,9 @@ leader that was not running could not have read the other edges' reports either.
 
 from __future__ import annotations
 
-from pushjobs.protocol.liveness import LivenessTracker, WentOffline, WentOnline
+from dataclasses import replace
+
+from pushjobs.protocol.liveness import LivenessTracker, PeerStatus, WentOffline, WentOnline
 
 
 class EdgeLiveness(LivenessTracker):
@@ -95,6 +97,15 @@ class EdgeLiveness(LivenessTracker):
         since = now + self.offline_after_s + extra_s
         for peer, until in self._held.items():
             self._held[peer] = max(until, since)
+
+    def status(self, peer: str) -> PeerStatus | None:
+        """As the base's, but an online node that is not held was heard as of the last
+        call: its edge would have reported it offline otherwise (one agent per node is
+        judged on this: ``enrolment``)."""
+        found = super().status(peer)
+        if found is None or not found.online or peer in self._held:
+            return found
+        return replace(found, last_seen=max(found.last_seen, self._now))
 
     def next_deadline(self) -> float | None:
         for until in self._held.values():

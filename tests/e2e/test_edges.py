@@ -286,3 +286,15 @@ def test_commands_an_edge_took_down_with_it_are_sent_again_through_the_next(
     assert done["summary"] == {"succeeded": len(NODES)}, done
     for node in NODES:
         assert _stamps(edged, node) == [job["job_id"]]
+
+
+def test_a_second_agent_with_a_nodes_key_is_refused_through_edges_too(edged: Fleet) -> None:
+    node = NODES[0]
+    first = edged.node(node)
+    time.sleep(0.5)  # the node online for a while: its edge reports nothing more (noqa: not a wait)
+    edged.sandbox.start_agent(node, process=f"{node}-again")
+    log = edged.root / "logs" / f"{node}-again.log"
+    wait_until(lambda: "is refused until that one goes silent" in log.read_text(), 15, 0.05)
+    row = edged.node(node)
+    assert row["online"] and row["incarnation"] == first["incarnation"]
+    edged.sandbox.kill(f"{node}-again", signal.SIGTERM)

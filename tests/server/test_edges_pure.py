@@ -242,3 +242,17 @@ def test_edge_i_gets_its_two_ports_from_the_base() -> None:
     assert (EdgeSpec(**spec).port(0), EdgeSpec(**spec).port(1)) == (0, 0)
     based = EdgeSpec(**{**spec, "port_base": 7720})
     assert (based.port(0), based.port(1)) == (7722, 7723)
+
+
+def test_an_online_node_counts_as_heard_now_unless_held() -> None:
+    # One agent per node: a second agent with a live node's key is refused while the first
+    # was heard within 1.5 intervals; with edges, online (not held) means heard.
+    live = _liveness()
+    live.online("a", "e0", 0.0)
+    live.expire(100.0)
+    status = live.status("a")
+    assert status is not None and status.last_seen == 100.0
+    live.edge_lost("e0", 100.0, hold_s=10.0)
+    live.expire(105.0)
+    held = live.status("a")
+    assert held is not None and held.online and held.last_seen == 0.0
