@@ -16,6 +16,8 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   └── ReplayError             sequence not newer, retired incarnation
     │       └── ClockSkewError      timestamp outside +/- max_skew_s
     ├── KeyFileError                key files and the key registry
+    │   ├── MissingKeyFile          no file where a key file was named
+    │   ├── KeyRequestError         a key change asked wrongly (a role for a node's key)
     │   ├── InsecureKeyFile         private key readable or writable by group or world
     │   ├── UnknownIdentity         no registry entry with that name
     │   └── KeyStateError           an illegal key state transition
@@ -29,6 +31,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     │   ├── RecordTooLarge
     │   ├── FencedError             a write with an epoch older than the owner's
     │   └── BackendUnavailable      a backend cannot be reached or imported
+    │       └── NoLogFile           no SQLite log file at the path a reader was given
     ├── ExecutionError              a job's command could not be started on the node
     ├── JournalError                the agent's local journal of seen job ids failed
     ├── TransportError              socket-level failures, translated from zmq

@@ -78,6 +78,10 @@ def stop(fleet: Fleet, proc: subprocess.Popen[str], job_id: str | None) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+    # Its pipes too: left open, a failure here surfaced in a later test as an unclosed file.
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     if job_id is not None and fleet.status(job_id)["state"] == "running":
         fleet.call("job.abort", {"job_id": job_id})
     if job_id is not None:
