@@ -43,6 +43,7 @@ PURE_MODULES = [
     ROOT / "agent" / "simulator" / "simnode.py",
     ROOT / "agent" / "simulator" / "simleader.py",
 ]
+PACKAGES = ("pushjobs", "keys", "server", "agent")  # the top level the design card fixes
 # Package (a dotted prefix) -> dotted prefixes of this project it must never import.
 NEVER = {
     "pushjobs": {"server", "agent"},
@@ -96,7 +97,10 @@ def _imports(path: Path) -> set[str]:
 
 def _violations(root: Path) -> list[str]:
     found = []
-    for path in sorted(root.rglob("*.py")):
+    # The project's packages only: ``root`` also holds a virtualenv (thousands of files,
+    # half a minute to parse) and the tests.
+    sources = [p for top in PACKAGES if (root / top).is_dir() for p in (root / top).rglob("*.py")]
+    for path in sorted(sources):
         module = _module_of(root, path)
         imported = _imports(path)
         for package, forbidden in NEVER.items():
