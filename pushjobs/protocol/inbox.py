@@ -22,7 +22,8 @@ from pushjobs.errors import (
     SignatureError,
     UnknownKey,
 )
-from pushjobs.protocol.framing import DEFAULT_LIMITS, KeyResolver, Limits, open_frames
+from pushjobs.protocol.codec import Beat
+from pushjobs.protocol.framing import DEFAULT_LIMITS, KeyResolver, Limits, open_beat, open_frames
 from pushjobs.protocol.messages import Message
 from pushjobs.protocol.replay import ReplayWindow
 
@@ -68,6 +69,27 @@ class Inbox:
             self.last_error = str(exc)
             return None
         return Received(message, accepted.restarted)
+
+    def accept_beat(
+        self, frames: Sequence[bytes], now_ms: int
+    ) -> tuple[Beat, bool] | Received | None:
+        """``accept``, with a node heartbeat as ``(its fields, restarted)`` (``open_beat``):
+        the same checks, for an edge that reads heartbeats by the ten thousand."""
+        try:
+            opened = open_beat(frames, self.resolve, self.limits)
+            if type(opened) is tuple:
+                beat: Beat = opened
+                accepted = self.replay.check(beat[0], beat[1], beat[2], beat[3], now_ms)
+                return beat, accepted.restarted
+            assert isinstance(opened, Message)
+            accepted = self.replay.check(
+                opened.sender, opened.incarnation, opened.sequence, opened.timestamp, now_ms
+            )
+        except ProtocolError as exc:
+            self.drops[reason_for(exc)] += 1
+            self.last_error = str(exc)
+            return None
+        return Received(opened, accepted.restarted)
 
     @property
     def dropped(self) -> int:
