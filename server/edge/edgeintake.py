@@ -60,19 +60,22 @@ class EdgeIntake:
         self.backlog = len(batch) >= BATCH
         accept = self.inbox.accept_beat
         beat = self._heartbeat
+        heartbeats = 0  # counted once per batch: a Counter's item costs a dict subclass's
         for frames in batch:
             received = accept(frames, now_ms)
             if received is None:
                 continue
             if type(received) is tuple:
                 beat(received[0], received[1], now, now_ms)
+                heartbeats += 1
             else:
                 self.counters["replies"] += 1
                 self.report.replies.append(frames[1])
+        if heartbeats:
+            self.counters["heartbeats"] += heartbeats
 
     def _heartbeat(self, beat: Beat, restarted: bool, now: float, now_ms: int) -> None:
         node, incarnation, _, timestamp, endpoint, job_id, job_state = beat
-        self.counters["heartbeats"] += 1
         lag = now_ms - timestamp
         self.heartbeat_lag_ms[lag if 0 <= lag < LAG_BUCKETS else (0 if lag < 0 else -1)] += 1
         events = self.nodes.heartbeat(
