@@ -8,7 +8,8 @@
 of each frame; then parses the header, resolves the verifier for its method and key id,
 checks the signature length and the signature, and only then decodes the body. Last, it
 checks that the key's owner, if the key has one, is the message's sender. Every failure is
-a ``ProtocolError`` the receiver drops and counts.
+a ``ProtocolError`` the receiver drops and counts. ``open_beat`` is the same with a node
+heartbeat's body decoded into its fields alone (``codec.decode_beat``), for an edge.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def open_beat(
     (``codec.decode_beat``): the same checks in the same order, no message object."""
     verifier = _verified(frames, resolve, limits)
     decoded = decode_beat(frames[1])
-    sender = decoded[0] if type(decoded) is tuple else decoded.sender  # type: ignore[union-attr]
+    sender = decoded[0] if isinstance(decoded, tuple) else decoded.sender
     if verifier.owner is not None and sender != verifier.owner:
         raise _not_owner(frames[0], sender)
     return decoded
