@@ -58,6 +58,7 @@ import orjson
 import zmq
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
+from agent.simulator.simfleet import MIN_TURN_S
 from agent.simulator.simnode import SimNode, Stamp
 from pushjobs import collector
 from pushjobs.errors import (
@@ -90,6 +91,9 @@ MAX_SKEW_S = 30.0
 END = b"END"
 LOCAL = "tcp://127.0.0.1:*"
 ONE_FRAME = "one-frame"
+PACED = "paced"
+PACED_S = 3.0  # a paced round's length
+GATHER_S = 0.01  # "gather": the reader sleeps this long after a batch that was not full
 
 # --- the old path, verbatim from before this benchmark (the baseline) ---------------------
 # Only the parts a steady heartbeat runs through; names prefixed ``old``/``Old``.
@@ -580,16 +584,25 @@ def sender(conn: Connection, nodes: list[SimNode], server_public: bytes, hwm: in
         order = conn.recv()
         if order == "quit":
             break
-        link, shape = order
+        link, shape, count, rate = order
         push = pushes[link]
         stamp = Stamp(ENDPOINT, time.time_ns() // 1_000_000)
         if shape == ONE_FRAME:  # what one frame per message would cost: not the protocol
             send_one = push.send
-            for node in nodes:
+            for node in nodes[:count]:
                 send_one(b"".join(node.beat(stamp)))
+        elif shape == PACED:  # as the simulator's loop: what is due every MIN_TURN_S
+            send = push.send_multipart
+            per_turn = max(1, round(rate * MIN_TURN_S))
+            started = time.monotonic()
+            for turn, first in enumerate(range(0, count, per_turn)):
+                time.sleep(max(0.0, started + turn * MIN_TURN_S - time.monotonic()))
+                stamp = Stamp(ENDPOINT, time.time_ns() // 1_000_000)
+                for node in nodes[first : min(count, first + per_turn)]:
+                    send(node.beat(stamp))
         else:
             send = push.send_multipart
-            for node in nodes:
+            for node in nodes[:count]:
                 send(node.beat(stamp))
         push.send(END)
         conn.send("sent")
@@ -608,6 +621,7 @@ class Links:
         self.conn, child = fork.Pipe()
         self.proc = fork.Process(target=sender, args=(child, nodes, public, hwm), daemon=True)
         self.proc.start()
+        self.count = len(nodes)
         self.transport = Transport()
         keys = CurveKeys(public.decode("ascii"), secret.decode("ascii"))
         self.pulls = {
@@ -622,12 +636,16 @@ class Links:
         read: Callable[[zmq.Socket[bytes], int], list[list[bytes]]],
         intake: Intake | None,
         shape: str = "",
+        count: int = 0,
+        rate: int = 0,
+        gather_s: float = 0.0,
     ) -> tuple[int, float, float]:
         """(heartbeats, thread CPU, process CPU) of one round read through ``intake``."""
         pull = self.pulls[link]
         thread, proc = time.thread_time(), cpu_s()
-        self.conn.send((link, shape))
-        self.conn.recv()  # the child sent them all; libzmq's threads still carry them
+        self.conn.send((link, shape, count or self.count, rate))
+        if shape != PACED:
+            self.conn.recv()  # the child sent them all; libzmq's threads still carry them
         got, done = 0, False
         while not done:
             pull.poll(1000)
@@ -641,7 +659,12 @@ class Links:
                 intake.receive(batch, now, time.time_ns() // 1_000_000)
                 intake.expire(now)
                 intake.take_report()
-        return got, time.thread_time() - thread, cpu_s() - proc
+            if gather_s and len(batch) < BATCH:
+                time.sleep(gather_s)  # let the next batch gather: fewer, fuller wakeups
+        took = time.thread_time() - thread, cpu_s() - proc
+        if shape == PACED:
+            self.conn.recv()
+        return got, *took
 
     def close(self) -> None:
         self.conn.send("quit")
@@ -674,6 +697,33 @@ def over_socket(nodes: list[SimNode], links: Links, rounds: int) -> Best:
     return best
 
 
+def paced(nodes: list[SimNode], links: Links, rounds: int, rate: int) -> Best:
+    """The same over CurveZMQ, the heartbeats sent at ``rate`` a second as the simulator
+    sends them (what is due every ``MIN_TURN_S``), read as they come: the edge below
+    saturation, each wakeup reading a small batch. ``gather``: the reader sleeps
+    ``GATHER_S`` after a batch that was not full, as an edge loop could, so its wakeups
+    are fewer and fuller (what that costs is lag: at most ``GATHER_S`` more)."""
+    best = Best()
+    count = min(len(nodes), round(rate * PACED_S))
+    fresh = intakes(nodes[:count])
+    gathering = intakes(nodes[:count])["new"]
+    paths: list[tuple[str, Any, Intake | None, float]] = [
+        ("old paced", old_drain, fresh["old"], 0.0),
+        ("new paced", drain, fresh["new"], 0.0),
+        ("recv paced", drain, None, 0.0),
+        ("new gather", drain, gathering, GATHER_S),
+        ("recv gather", drain, None, GATHER_S),
+    ]
+    for _, read, intake, _ in paths:  # first sight of every node, saturated
+        links.round("curve", read, intake, count=count)
+    for _ in range(rounds):
+        for name, read, intake, gather_s in paths:
+            got, thread_s, proc_s = links.round("curve", read, intake, PACED, count, rate, gather_s)
+            assert got == count, (name, got)
+            best.add(name, got, thread_s, proc_s)
+    return best
+
+
 def show(title: str, best: Best, names: Sequence[str], thread: bool = True) -> None:
     print(f"\n{title}")
     head = f"  {'path':<12} {'process µs':>11} {'per core/s':>11}"
@@ -692,6 +742,12 @@ def main() -> None:
     parser.add_argument("--socket-nodes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds, best kept")
     parser.add_argument("--skip-socket", action="store_true")
+    parser.add_argument(
+        "--rate",
+        type=int,
+        default=10_000,
+        help="heartbeats a second of the paced round over CurveZMQ (0: none)",
+    )
     args = parser.parse_args()
     collector.tune()  # as the edge's process (``server.edge.__main__``)
     print(describe())
@@ -742,6 +798,14 @@ def main() -> None:
                 f"({curve / best.process['new curve']:.0%}); the socket alone (recv curve) "
                 f"{best.process['recv curve'] / best.process['new curve']:.0%}"
             )
+            if args.rate > 0:
+                best = paced(nodes[: args.socket_nodes], links, args.rounds, args.rate)
+                show(
+                    f"(c) the same over CurveZMQ at {args.rate:,} heartbeats a second, as the "
+                    "simulator paces them; per heartbeat",
+                    best,
+                    ("old paced", "new paced", "recv paced", "new gather", "recv gather"),
+                )
     finally:
         if links is not None:
             links.close()
