@@ -42,6 +42,9 @@ class SodiumVerifier:
         if not sodium.verify(self._public, data, signature):
             raise SignatureError("Ed25519 signature does not verify")
 
+    def verify_frames(self, header: bytes, body: bytes, signature: bytes) -> None:
+        self.verify(header + b"\n" + body, signature)
+
 
 def signer(key_id: str, identity: PrivateIdentity) -> Signer:
     if sodium.available():

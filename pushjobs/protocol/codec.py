@@ -10,6 +10,8 @@ unknown ``type``, a missing or extra key, or a value of the wrong type raises
 field marked ``OPTIONAL`` (added after its message's first version) is the one exception:
 it is left off the wire while it holds its default and may be missing from a body (it is
 then its default), so peers of either version still understand each other.
+``decode_beat`` is ``decode`` with a node heartbeat returned as a tuple of its fields:
+the same checks written out for the one message read by the ten thousand a second.
 """
 
 from __future__ import annotations
@@ -353,10 +355,17 @@ def encode_fields(
 
 def decode(body: bytes) -> Message:
     """Parse and validate a JSON body into its message; anything wrong is MalformedMessage."""
+    return _decoded(_loads(body))
+
+
+def _loads(body: bytes) -> Any:
     try:
-        obj = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise MalformedMessage(f"body is not valid JSON: {exc}") from exc
+
+
+def _decoded(obj: Any) -> Message:
     if type(obj) is not dict:
         raise MalformedMessage(f"body must be a JSON object, got {_kind(obj)}")
     tag = obj.pop("type", None)
@@ -371,3 +380,63 @@ def decode(body: bytes) -> Message:
     if message.sequence < 0 or message.timestamp < 0:
         raise MalformedMessage(f"{tag}: sequence and timestamp must not be negative")
     return message
+
+
+# A node heartbeat's fields in ``NodeHeartbeat``'s order: sender, incarnation, sequence,
+# timestamp, command_endpoint, job_id, job_state.
+Beat = tuple[str, str, int, int, str, str | None, str | None]
+_BEAT_TYPE = messages.NodeHeartbeat.TYPE
+_BEAT_KEYS = 1 + len(_FIELD_NAMES[messages.NodeHeartbeat])
+# decode_beat's checks are written out for exactly these fields, all required: a field
+# added to the message must be added there too.
+assert _FIELD_NAMES[messages.NodeHeartbeat] == (
+    "sender",
+    "incarnation",
+    "sequence",
+    "timestamp",
+    "command_endpoint",
+    "job_id",
+    "job_state",
+)
+assert not _SPECS[_BEAT_TYPE].defaults
+
+
+def decode_beat(body: bytes) -> Message | Beat:
+    """``decode``, except that a node heartbeat comes back as its fields, a ``Beat``.
+
+    An edge reads tens of thousands of heartbeats a second and needs their fields only:
+    building the frozen message object was half the cost of decoding one. The checks
+    are ``decode``'s for a heartbeat, written out: exactly the message's keys, each value
+    of its exact type (a boolean is no integer), sender and incarnation of 1 to
+    ``MAX_ID_CHARS`` characters, sequence and timestamp not negative. A body that fails
+    any of them, and every other message, goes through ``decode``'s own path, which
+    accepts or refuses it (with its precise reason) exactly as ``decode`` does.
+    """
+    try:  # ``_loads`` inlined: a call per heartbeat
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedMessage(f"body is not valid JSON: {exc}") from exc
+    if type(obj) is dict and len(obj) == _BEAT_KEYS and obj.get("type") == _BEAT_TYPE:
+        # With the count right and each of the other seven present, the keys are exact.
+        sender = obj.get("sender")
+        incarnation = obj.get("incarnation")
+        sequence = obj.get("sequence")
+        timestamp = obj.get("timestamp")
+        endpoint = obj.get("command_endpoint")
+        job_id = obj.get("job_id", obj)  # absent is not null: a sentinel no value can be
+        job_state = obj.get("job_state", obj)
+        if (
+            type(sender) is str
+            and 0 < len(sender) <= MAX_ID_CHARS
+            and type(incarnation) is str
+            and 0 < len(incarnation) <= MAX_ID_CHARS
+            and type(sequence) is int
+            and sequence >= 0
+            and type(timestamp) is int
+            and timestamp >= 0
+            and type(endpoint) is str
+            and (job_id is None or type(job_id) is str)
+            and (job_state is None or type(job_state) is str)
+        ):
+            return (sender, incarnation, sequence, timestamp, endpoint, job_id, job_state)
+    return _decoded(obj)

@@ -96,13 +96,16 @@ class LivenessTracker:
 
     def heartbeat(self, peer: str, now: float) -> WentOnline | None:
         """Record a valid heartbeat from ``peer``; return WentOnline if it just came online."""
-        self._advance(now)
+        if now < self._now:  # ``_advance`` inlined: every heartbeat of a fleet comes here
+            raise StateError(f"time went backwards: {now} < {self._now}")
+        self._now = now
         state = self._peers.get(peer)
         if state is None:
             state = self._peers[peer] = _Peer(now)
         elif state.online:
-            # ``max``: a deadline moved by ``stall``/``grant`` is not taken back.
-            state.last_seen = max(now, state.last_seen)
+            # A deadline moved by ``stall``/``grant`` stays; ``max`` would cost a call.
+            if now > state.last_seen:  # noqa: PLR1730
+                state.last_seen = now
             self._online.move_to_end(peer)
             return None
         elif now - state.last_seen > self.streak_gap_s:

@@ -200,15 +200,27 @@ def drain(sock: zmq.Socket[bytes], limit: int) -> list[list[bytes]]:
     """Up to ``limit`` queued multipart messages without blocking: one wakeup, many messages."""
     # recv_multipart asks the socket for RCVMORE through an option lookup per part; the
     # frame already knows. On the heartbeat path this is a fifth of the receive cost.
+    # Every protocol message is three frames: reading up to three without a loop or
+    # appends costs a tenth less than the general loop (bench/edge.py); a longer message
+    # is still read whole (its receiver drops it).
     batch: list[list[bytes]] = []
     recv = sock.recv
+    nonblocking = zmq.NOBLOCK
     try:
         while len(batch) < limit:
-            frame = recv(zmq.NOBLOCK, copy=False)
-            parts = [frame.bytes]
-            while frame.more:
-                frame = recv(zmq.NOBLOCK, copy=False)
-                parts.append(frame.bytes)
+            first = recv(nonblocking, copy=False)
+            if not first.more:
+                batch.append([first.bytes])
+                continue
+            second = recv(nonblocking, copy=False)
+            if not second.more:
+                batch.append([first.bytes, second.bytes])
+                continue
+            last = recv(nonblocking, copy=False)
+            parts = [first.bytes, second.bytes, last.bytes]
+            while last.more:
+                last = recv(nonblocking, copy=False)
+                parts.append(last.bytes)
             batch.append(parts)
     except zmq.Again:
         pass

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pushjobs.protocol.codec import Beat
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
-from pushjobs.protocol.messages import NodeHeartbeat
 from server.core.edgewire import Report
 from server.core.nodetable import NodeOnline, NodeRestarted, NodeTable
 
@@ -59,34 +59,32 @@ class EdgeIntake:
 
     def receive(self, batch: list[list[bytes]], now: float, now_ms: int) -> None:
         self.backlog = len(batch) >= BATCH
-        accept = self.inbox.accept
+        accept = self.inbox.accept_beat
+        beat = self._heartbeat
+        heartbeats = 0  # counted once per batch: a Counter's item costs a dict subclass's
         for frames in batch:
             received = accept(frames, now_ms)
             if received is None:
                 continue
-            msg = received.message
-            if isinstance(msg, NodeHeartbeat):
-                self._heartbeat(msg, received.restarted, now, now_ms)
+            if type(received) is tuple:
+                beat(received[0], received[1], now, now_ms)
+                heartbeats += 1
             else:
                 self.counters["replies"] += 1
                 self.report.replies.append(frames[1])
+        if heartbeats:
+            self.counters["heartbeats"] += heartbeats
 
-    def _heartbeat(self, msg: NodeHeartbeat, restarted: bool, now: float, now_ms: int) -> None:
-        self.counters["heartbeats"] += 1
-        lag = now_ms - msg.timestamp
+    def _heartbeat(self, beat: Beat, restarted: bool, now: float, now_ms: int) -> None:
+        node, incarnation, _, timestamp, endpoint, job_id, job_state = beat
+        lag = now_ms - timestamp
         self.heartbeat_lag_ms[lag if 0 <= lag < LAG_BUCKETS else (0 if lag < 0 else -1)] += 1
-        node = msg.sender
-        for event in self.nodes.heartbeat(
-            node,
-            msg.incarnation,
-            msg.command_endpoint,
-            msg.job_id,
-            msg.job_state,
-            restarted=restarted,
-            now=now,
-        ):
+        events = self.nodes.heartbeat(
+            node, incarnation, endpoint, job_id, job_state, restarted=restarted, now=now
+        )
+        for event in events:
             if isinstance(event, NodeOnline):
-                self.report.online.append((node, msg.incarnation, msg.command_endpoint))
+                self.report.online.append((node, incarnation, endpoint))
             elif isinstance(event, NodeRestarted):
                 self.report.restarted.append((node, event.incarnation))
         seen = self.seen.get(node)
@@ -95,14 +93,18 @@ class EdgeIntake:
             seen = self.seen[node] = _Seen()
         # The first heartbeat this edge reads from a node is news to the leader too: the
         # node may come from another edge, whose last word on its job is stale now.
-        changed = first or msg.job_id != seen.job_id or msg.job_state != seen.job_state
-        if changed or (
-            (msg.job_id is not None or now < seen.watch_until)
-            and now - seen.forwarded_at >= TRICKLE_S
+        if (
+            first
+            or job_id != seen.job_id
+            or job_state != seen.job_state
+            or (
+                (job_id is not None or now < seen.watch_until)
+                and now - seen.forwarded_at >= TRICKLE_S
+            )
         ):
             seen.forwarded_at = now
-            self.report.beats.append((node, msg.job_id, msg.job_state, msg.timestamp))
-        seen.job_id, seen.job_state = msg.job_id, msg.job_state
+            self.report.beats.append((node, job_id, job_state, timestamp))
+            seen.job_id, seen.job_state = job_id, job_state
 
     def commanded(self, node: str, now: float) -> None:
         """A command went to ``node``: its next heartbeats tell whether it arrived."""

@@ -52,13 +52,29 @@ class SessionKey:
         return base64.b64encode(self.secret).decode("ascii")
 
 
+class _SessionVerifier(HmacVerifier):
+    """A session key's verifier, marked while its node is known to sign with it.
+
+    Every message from a node asks whether it still uses the key it was last heard
+    using; the mark answers without a lookup by node in a table of 100,000 (a fifth of
+    resolving a key at that size). ``SessionKeys._use`` keeps it equal to
+    ``_used[owner] == key_id`` for the verifier the table holds under that key id.
+    """
+
+    __slots__ = ("in_use",)
+
+    def __init__(self, key: bytes, owner: str) -> None:
+        super().__init__(key, owner)
+        self.in_use = False
+
+
 class SessionKeys:
     def __init__(self, grace_s: float = 10.0, *, hold_secrets: bool = True) -> None:
         self.grace_s = grace_s
         # A leader with edges issues keys but never verifies or signs with them (its
         # edges do): it keeps only who holds a session, not ~0.6 KB of HMAC state a key.
         self.hold_secrets = hold_secrets
-        self._verifiers: dict[str, HmacVerifier] = {}
+        self._verifiers: dict[str, _SessionVerifier] = {}
         self._key_signers: dict[str, HmacSigner] = {}  # key id -> signer with that key
         self._live: dict[str, list[str]] = {}  # node -> key ids not superseded, oldest first
         self._used: dict[str, str] = {}  # node -> key id it was last heard using
@@ -89,8 +105,8 @@ class SessionKeys:
             return
         if restarted:
             self._superseded.update(self._live.pop(node, []))
-            self._used.pop(node, None)
-        self._verifiers[key.key_id] = HmacVerifier(key.secret, owner=node)
+            self._use(node, None)
+        self._verifiers[key.key_id] = _SessionVerifier(key.secret, node)
         signer = self._key_signers[key.key_id] = HmacSigner(key.key_id, key.secret)
         live = self._live.setdefault(node, [])
         live.append(key.key_id)
@@ -99,7 +115,7 @@ class SessionKeys:
         if self._used.get(node) not in live:
             # Not heard with a key it still holds: the newest is the best guess. Otherwise
             # the key it uses stays the signer; the agent trusts its previous key too.
-            self._used.pop(node, None)
+            self._use(node, None)
             self._signers[node] = signer
 
     def signer(self, node: str) -> HmacSigner | None:
@@ -120,7 +136,7 @@ class SessionKeys:
             self._superseded.discard(kid)
             self._retire(kid, node)
         self._live.pop(node, None)
-        self._used.pop(node, None)
+        self._use(node, None)
         self._signers.pop(node, None)
         return bool(gone)
 
@@ -151,7 +167,7 @@ class SessionKeys:
                 raise UnknownKey(f"session key {key_id[:32]!r} of {node} has retired")
             raise UnknownKey(f"unknown session key {key_id[:32]!r}")
         node = verifier.owner
-        if node is not None and self._used.get(node) != key_id:
+        if node is not None and not verifier.in_use:  # ``_used.get(node) != key_id``
             self._heard_using(node, key_id)
         return verifier
 
@@ -160,11 +176,22 @@ class SessionKeys:
         live = self._live.get(node, [])
         if key_id not in live:
             return  # a late message under a superseded key: the node has moved on
-        self._used[node] = key_id
+        self._use(node, key_id)
         self._signers[node] = self._key_signers[key_id]
         index = live.index(key_id)
         self._superseded.update(live[:index])
         del live[:index]
+
+    def _use(self, node: str, key_id: str | None) -> None:
+        """``node`` was last heard using ``key_id`` (None: not with a key it holds)."""
+        old = self._used.pop(node, None)
+        if old is not None and (verifier := self._verifiers.get(old)) is not None:
+            verifier.in_use = False
+        if key_id is not None:
+            self._used[node] = key_id
+            verifier = self._verifiers.get(key_id)
+            if verifier is not None:
+                verifier.in_use = True
 
     def take_stale(self) -> set[str]:
         """Nodes heard under a retired key since the last call (their session is over)."""

@@ -133,6 +133,9 @@ def test_drain_keeps_every_part_of_each_message(transport):
         [b"a", b"", b"c"],
         [b"x" * 100_000, b"y"],  # past zmq's small-message size: a zero-copy frame
         [b"1", b"2", b"3", b"4", b"5"],
+        [b"p", b"q", b"r", b"s"],  # one past the three frames drain reads unrolled
+        [b"h", b"b", b"s"],
+        [b"", b""],
     ]
     for message in sent:
         push.send_multipart(message)
