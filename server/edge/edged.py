@@ -65,6 +65,8 @@ MAX_WAIT_S = 0.25
 LEADER_HWM = 100_000  # reports queued for a leader that is slow to read
 STALE_PING_S = 2.0
 FANOUT_PER_TURN = 2_000  # commands sealed and sent per turn: ~50 ms
+GATHER_BELOW = 256  # messages in a turn's read: fewer, and the next read waits to gather
+GATHER_S = 0.005
 QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
 
 
@@ -193,6 +195,13 @@ class Edge:
             self.poll_until = now + wait_s
             ready = dict(poller.poll(round(wait_s * 1000)))
             self.turn(ready)
+            if self.intake.last_batch < GATHER_BELOW and not self.fanouts:
+                # A fleet's heartbeats arrive spread over the interval: reading each few
+                # as they come costs a wakeup each (poll, an empty read, cold caches), more
+                # than the heartbeats themselves (bench/edge.py, paced). Let them gather.
+                # Bounded: a heartbeat waits GATHER_S more at most; a stall counts from
+                # the poll's own deadline, which this wait precedes.
+                time.sleep(GATHER_S)
 
     def _next_deadline(self, now: float) -> float:
         if self.fanouts:

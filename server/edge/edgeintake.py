@@ -54,11 +54,13 @@ class EdgeIntake:
         self.seen: dict[str, _Seen] = {}
         self.report = Report()
         self.backlog = False
+        self.last_batch = 0  # messages in the last read (``Edge.run`` gathers below some)
         self.counters: Counter[str] = Counter()
         self.heartbeat_lag_ms = [0] * LAG_BUCKETS
 
     def receive(self, batch: list[list[bytes]], now: float, now_ms: int) -> None:
         self.backlog = len(batch) >= BATCH
+        self.last_batch = len(batch)
         accept = self.inbox.accept_beat
         beat = self._heartbeat
         heartbeats = 0  # counted once per batch: a Counter's item costs a dict subclass's
@@ -116,6 +118,7 @@ class EdgeIntake:
 
     def idle(self) -> None:
         self.backlog = False
+        self.last_batch = 0
 
     def expire(self, now: float) -> None:
         if self.backlog:
