@@ -43,6 +43,19 @@ def _edges(fleet: Fleet) -> list[dict[str, Any]]:
     return rows
 
 
+def _replaced(fleet: Fleet, victim: dict[str, Any]) -> None:
+    """Wait until the leader has started another process for ``victim``'s edge, live."""
+    wait_until(
+        lambda: any(
+            e["live"] and e["pid"] != victim["pid"]
+            for e in _edges(fleet)
+            if e["edge"] == victim["edge"]
+        ),
+        20,
+        0.05,
+    )
+
+
 def _stamps(fleet: Fleet, node: str) -> list[str]:
     path = fleet.root / f"stamps-{node}"
     return path.read_text().split() if path.exists() else []
@@ -101,15 +114,7 @@ def test_an_edge_stopped_past_its_window_is_replaced_and_crashes_nobody(edged: F
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
         # The leader finds it silent, kills it and starts another: a new pid, live.
-        wait_until(
-            lambda: any(
-                e["live"] and e["pid"] != victim["pid"]
-                for e in _edges(edged)
-                if e["edge"] == victim["edge"]
-            ),
-            20,
-            0.05,
-        )
+        _replaced(edged, victim)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGCONT)
@@ -270,15 +275,7 @@ def test_commands_an_edge_took_down_with_it_are_sent_again_through_the_next(
     os.kill(victim["pid"], signal.SIGSTOP)  # the job's commits go to it, and die with it
     try:
         job = edged.start("stamp")
-        wait_until(
-            lambda: any(
-                e["live"] and e["pid"] != victim["pid"]
-                for e in _edges(edged)
-                if e["edge"] == victim["edge"]
-            ),
-            20,
-            0.05,
-        )
+        _replaced(edged, victim)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGCONT)

@@ -40,7 +40,7 @@ NODE = "node-1"
 # The survivor: root for good (real, effective and saved uid), its pid written, waiting.
 BECOME_ROOT = (
     "import os, sys, time; os.setresuid(0, 0, 0); "
-    "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+    "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"  # the job (noqa: not a wait)
 )
 
 

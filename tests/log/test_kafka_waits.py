@@ -105,8 +105,8 @@ class Consumer:
         if isinstance(answer, str):
             if answer.startswith("_TIMED_OUT"):
                 # The stand-in's own wait for a leader that does not answer, as long as
-                # it was asked to wait: the fault, not a test waiting (noqa: not a wait).
-                time.sleep(timeout)
+                # it was asked to wait: the fault, not a test waiting.
+                time.sleep(timeout)  # the fault's time (noqa: not a wait)
             raise KafkaException(Err(answer))
         return answer
 
@@ -236,8 +236,8 @@ class GroupConsumer:
     def poll(self, timeout: float) -> None:
         self.polls.append(timeout)
         # The stand-in waits for events as long as asked, as librdkafka does: the
-        # fault's time passing, not a test waiting (noqa: not a wait).
-        time.sleep(timeout)
+        # fault's time passing, not a test waiting.
+        time.sleep(timeout)  # the fault's time (noqa: not a wait)
 
 
 def owner(request_s: float = 5.0) -> Any:
