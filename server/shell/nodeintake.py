@@ -127,7 +127,7 @@ class NodeIntake:
                 continue
             went = liveness.mark_offline(node, now)
             if went is not None:
-                self.offline(NodeOffline(node, went.last_seen), now_ms, reason)
+                self.offline(NodeOffline(node, went.last_seen), now_ms, reason, via=edge)
         for node, job_id, job_state, beat_ms in report.beats:
             if owner(node) == edge:
                 self.nodes.busy(node, job_id, job_state)
@@ -172,9 +172,11 @@ class NodeIntake:
         self.jobs.node_event(records.node_event("node_online", node, now_ms, self.server_name))
         self.jobs.node_online(node)
 
-    def offline(self, event: NodeOffline, now_ms: int, reason: str) -> None:
+    def offline(self, event: NodeOffline, now_ms: int, reason: str, *, via: str = "") -> None:
+        """``event`` acted on; ``via``: the edge that said so (for the log line only)."""
         self.counters["node_offline"] += 1
-        self.went_offline.append(f"{event.node} offline ({reason})")
+        said = f", said {via}" if via else ""
+        self.went_offline.append(f"{event.node} offline ({reason}{said})")
         self.jobs.node_event(
             records.node_event("node_offline", event.node, now_ms, self.server_name, reason=reason)
         )
