@@ -92,7 +92,10 @@ def test_ctrl_c_in_job_start_leaves_the_job_running_and_says_how_to_follow_it(
     fleet: Fleet,
 ) -> None:
     before = job_ids(fleet)
-    proc = spawn(fleet, "job", "start", "sleeper", "node-*")
+    # The module's fleet is shared: a node may still be stopping the last test's job when
+    # this one starts (the job ends once the abort is decided, its nodes a moment later):
+    # each job waits its turn on a busy node (--busy-wait) instead of meeting `busy`.
+    proc = spawn(fleet, "job", "start", "sleeper", "node-*", "--busy-wait", "20s")
     job_id = None
     try:
         job_id = running_job(fleet, before)
@@ -110,7 +113,7 @@ def test_ctrl_c_in_job_start_leaves_the_job_running_and_says_how_to_follow_it(
 
 
 def test_ctrl_c_in_job_status_watch_says_the_same(fleet: Fleet) -> None:
-    job_id = fleet.start("sleeper", ["node-1"])["job_id"]
+    job_id = fleet.start("sleeper", ["node-1"], busy_wait_s=20.0)["job_id"]
     proc = spawn(fleet, "job", "status", job_id, "--watch")
     try:
         fleet.wait_node_state(job_id, "node-1", "running")
@@ -126,7 +129,9 @@ def test_ctrl_c_in_job_status_watch_says_the_same(fleet: Fleet) -> None:
 
 def test_abort_on_interrupt_aborts_the_job(fleet: Fleet) -> None:
     before = job_ids(fleet)
-    proc = spawn(fleet, "job", "start", "sleeper", "node-*", "--abort-on-interrupt")
+    proc = spawn(
+        fleet, "job", "start", "sleeper", "node-*", "--abort-on-interrupt", "--busy-wait", "20s"
+    )
     job_id = None
     try:
         job_id = running_job(fleet, before)
