@@ -17,6 +17,16 @@ at its first use that can: until then every use raises ``JournalError``.
 
 Killed at any line: SQLite's write-ahead log keeps each write whole or absent; outcomes
 held in memory are lost.
+
+*What is synced.* Only a job id is fsynced (``synchronous=FULL`` for that commit): it is
+the one write that keeps a job from running twice, even across the node's power loss.
+The outcome and the running row are written with ``synchronous=NORMAL``: in the
+operating system's cache at once, so they survive the agent's ``kill -9`` and any server
+failover, but a power loss of the node may take the last of them (and the job's process
+with it: the server then counts the node's new incarnation, never a second run). An
+fsync costs about 0.4 ms of the disk and 0.2 ms of CPU here; four per job made the
+journal the largest cost of a short job on a node, and 50 agents on one host queued 200
+fsyncs on one disk per job.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ class Journal:
             raise JournalError(f"{path}: cannot open the job journal: {why(exc, path)}") from exc
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS seen (job_id TEXT PRIMARY KEY, at_ms INTEGER)")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS outcomes"
@@ -87,7 +97,13 @@ class Journal:
         return row is not None
 
     def remember(self, job_id: str, at_ms: int) -> None:
-        self._execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (job_id, at_ms))
+        # Synced: this row is what keeps a job from running twice (see "What is synced").
+        self._execute("PRAGMA synchronous=FULL")
+        try:
+            self._execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (job_id, at_ms))
+        finally:
+            if self._db is not None:
+                self._db.execute("PRAGMA synchronous=NORMAL")
 
     def store_outcome(self, job_id: str, kind: str, body: bytes, at_ms: int) -> None:
         """Write ``job_id``'s outcome; if it cannot be, hold it in memory, then raise."""
