@@ -11,6 +11,8 @@ count of the restarted handle starts from zero (see ``compaction``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
 from pushjobs.clock import Clock, SystemClock
@@ -51,6 +53,12 @@ class EmbeddedLog(AppendByBatch, Generic[M]):
     def forget(self, member: M) -> None:
         if member in self._members:
             self._members.remove(member)
+
+    @contextlib.contextmanager
+    def batch(self, what: str, *, synced: bool = True) -> Iterator[None]:
+        """Several membership writes as one (``EmulatedShare.poll``); nothing to gather in
+        memory. The sqlite backend makes them one transaction: one fsync, not one each."""
+        yield
 
     def forget_share(self, share: _Closes) -> None:
         if share in self._shares:

@@ -265,3 +265,42 @@ def test_lease_time_is_the_clock_of_the_handle(path):
         assert a.poll() is None
         (info,) = first.groups()
         assert (info.group, info.topic, info.owner, info.epoch) == ("g", "commands", "b", 2)
+
+
+def _commits(log):
+    """Each commit the handle makes, with the synchronous level it ran under."""
+    level, commits = ["FULL"], []
+
+    def trace(statement):
+        if statement.startswith("PRAGMA synchronous="):
+            level[0] = statement.split("=", 1)[1]
+        elif statement == "COMMIT":
+            commits.append(level[0])
+
+    log._db.set_trace_callback(trace)
+    return commits
+
+
+def test_membership_writes_are_not_fsynced_and_appends_are(path):
+    with opened(path) as log:
+        log.create_topic("jobs", TopicPolicy(compacted=True))
+        topics = [f"p{i}" for i in range(8)]
+        for topic in topics:
+            log.create_topic(topic, TopicPolicy(compacted=True))
+        leader = log.member("leaders", "jobs", "a", session_timeout_s=5)
+        share = log.group("schedules", topics, "a", session_timeout_s=5)
+        commits = _commits(log)
+        assert leader.poll() == 1
+        assert commits == ["NORMAL"]
+        # A share's poll (its roster row and a lease per topic) is one transaction.
+        assert len(share.poll()) == 8
+        assert commits == ["NORMAL", "NORMAL"]
+        log.append_batch("jobs", [("job:1", b"x")])
+        assert commits == ["NORMAL", "NORMAL", "FULL"]
+        assert log._db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL again
+        share.close()
+        leader.close()
+    with opened(path) as log:  # and all of it is in the file
+        (info,) = [g for g in log.groups() if g.group == "leaders"]
+        assert info.epoch == 1
+        assert log.read("jobs", 0, limit=10)[0].value == b"x"

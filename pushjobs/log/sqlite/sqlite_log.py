@@ -20,6 +20,13 @@ compaction keeps exactly the heads.
 *Durability.* ``synchronous=FULL`` fsyncs the WAL at every commit, so ``append`` returns
 only once the record is on disk: it survives ``kill -9`` of the writer and, as far as the
 disk honours fsync, power loss. A batch is one transaction, hence one fsync.
+Membership writes (a lease's or a roster row's heartbeat, a release) are committed with
+``synchronous=NORMAL``, without an fsync of their own: the WAL is one file written in
+order, so the next synced commit (any append, by any process on the file) makes them
+durable too, and a record fenced by an epoch is never durable without the lease that
+granted it. A power loss may forget a lease granted since the last append, together
+with its holder (the same host, down too), which never wrote with it. Idle, those
+heartbeats were nearly every fsync a server made (six a second).
 
 *Groups.* ``offsets`` holds committed offsets (the next offset to consume). ``leases``
 holds one row per (group, topic), which ``sqlite_member`` owns. A fenced append compares
@@ -94,6 +101,7 @@ class SqliteLog(EmbeddedLog[SqliteMember]):
         self.path = Path(path)
         # One connection per handle; the lock keeps threads from interleaving transactions.
         self._lock = threading.RLock()
+        self._batched = False  # inside ``batch``: transactions join the batch's own
         self._db: sqlite3.Connection | None = connect(
             self.path, create=create, busy_timeout_s=busy_timeout_s
         )
@@ -248,12 +256,12 @@ class SqliteLog(EmbeddedLog[SqliteMember]):
     def roster_heartbeat(self, group: str, me: leases.Claimant) -> list[str] | None:
         if not self.is_open:
             return None
-        with self.transaction(f"polling group {group!r}") as db:
+        with self.transaction(f"polling group {group!r}", synced=False) as db:
             return sqlite_member.roster_heartbeat(db, group, me, self.now_ms())
 
     def roster_leave(self, group: str, token: str) -> None:
         if self.is_open:
-            with self.transaction(f"leaving group {group!r}") as db:
+            with self.transaction(f"leaving group {group!r}", synced=False) as db:
                 sqlite_member.roster_leave(db, group, token)
 
     def groups(self) -> list[GroupInfo]:
@@ -289,18 +297,40 @@ class SqliteLog(EmbeddedLog[SqliteMember]):
         return self._db is not None
 
     @contextlib.contextmanager
-    def transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction, rolled back on any error."""
+    def batch(self, what: str, *, synced: bool = True) -> Iterator[None]:
+        """The transactions this thread opens inside are one: the membership's writes of a
+        poll (a roster row and a lease per topic) cost one fsync, not one each. An error in
+        any of them rolls back all of them; the poll is tried again whole."""
+        with self.transaction(what, synced=synced):
+            self._batched = True
+            try:
+                yield
+            finally:
+                self._batched = False
+
+    @contextlib.contextmanager
+    def transaction(self, what: str, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, rolled back on any error; ``synced=False``:
+        committed without an fsync of its own (membership writes: see *Durability*)."""
         with self._lock, self._translated(what):
             db = self._open_db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            if self._batched:  # the lock is held by this thread's ``batch``: join it
                 yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+                return
+            if not synced:
+                db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            finally:
+                if not synced:
+                    db.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def _read(self, what: str) -> Iterator[sqlite3.Connection]:

@@ -115,7 +115,10 @@ class SqliteMember(NamedMember):
         if not self._open:
             return None
         key = (self.group, self._topic_id)
-        with self._log.transaction(f"polling group {self.group!r} on {self.topic}") as db:
+        # Unsynced: durable with the next append (``sqlite_log``'s *Durability*).
+        with self._log.transaction(
+            f"polling group {self.group!r} on {self.topic}", synced=False
+        ) as db:
             row = db.execute(
                 "SELECT owner, token, epoch, heartbeat_ms, session_ms FROM leases"
                 " WHERE grp = ? AND topic_id = ?",
@@ -147,7 +150,9 @@ class SqliteMember(NamedMember):
         if not self._log.is_open:
             return
         # Released at once: the next member's poll takes over without a session timeout.
-        with self._log.transaction(f"leaving group {self.group!r} on {self.topic}") as db:
+        with self._log.transaction(
+            f"leaving group {self.group!r} on {self.topic}", synced=False
+        ) as db:
             db.execute(
                 "UPDATE leases SET owner = NULL, token = NULL WHERE grp = ? AND topic_id = ?"
                 " AND token = ?",
