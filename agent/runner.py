@@ -112,7 +112,7 @@ class JobRunner:
                 self._commit_deadline = now + self.commit_timeout_s
             return [Reply("ack_commit", job_id)]
         if self.state is not RunnerState.IDLE:
-            return [Reply("nack_commit", job_id, f"busy with job {self.job_id}")]
+            return [Reply("nack_commit", job_id, f"{m.BUSY_PREFIX}{self.job_id}")]
         if seen:
             return [Reply("nack_commit", job_id, "job already seen on this node")]
         if not whitelisted:

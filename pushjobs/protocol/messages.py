@@ -75,6 +75,12 @@ class NackCommit(Message):
     reason: str
 
 
+BUSY_PREFIX = "busy with job "
+"""A node refusing a commit because it holds or runs another job says ``busy with job
+<that job's id>``: the server tells a holder it should have let go from a holder that is
+real (``Coordinator.reply``)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AckRun(Message):
     TYPE: ClassVar[str] = "ack_run"

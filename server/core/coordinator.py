@@ -23,6 +23,11 @@ can persist the changes before it sends the commands that follow from them.
   that a node lost in flight no longer holds; ``unreported`` judges the commands the node
   should have had and did not, ``stale_hold`` a job it still holds that is over for it.
   Both only read the jobs; the caller sends and rate-limits;
+- a node that nacks a commit ``busy`` with a job that is over for it (its abort was lost
+  with an edge, or is still on its way: ``job abort`` then ``job start`` at once) is not
+  counted as a no at once: it is told again to let that job go, and its commit is sent
+  again at its next heartbeat (``unreported``), up to ``STALE_BUSY_TRIES`` times; a node
+  still busy after that votes no, saying so;
 - ``tick`` applies vote and run deadlines;
 - a job that may wait for busy nodes (``Job.busy_wait_ms``, ``busywait.py``) and finds one
   of its targets held by another job waits, *gated*, asking no node to commit; after every
@@ -42,6 +47,7 @@ from typing import Any
 
 from pushjobs.errors import StateError
 from pushjobs.protocol.messages import (
+    BUSY_PREFIX,
     Aborted,
     AckCommit,
     AckRun,
@@ -87,6 +93,11 @@ class NodeAmended:
 Change = Effect | JobCreated | OutputReceived | NodeAmended
 
 
+STALE_BUSY_TRIES = 2
+"""How many ``busy`` nacks naming a job over for the node are not counted as its vote: each
+is answered by an ``abort`` of that job; the commit follows at the node's next heartbeat."""
+
+
 class Coordinator:
     def __init__(
         self,
@@ -119,6 +130,9 @@ class Coordinator:
         self.touched: set[str] = set()
         # Jobs waiting for busy nodes before their vote, in creation order (``_release``).
         self._gated: dict[str, Job] = {}
+        # (job, node) -> its ``busy`` nacks not counted (``_stale_busy``); gone with the job.
+        self._stale_busy: Counter[tuple[str, str]] = Counter()
+        self.stale_busy_nacks = 0  # not counted as votes, in all (``server.info``)
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -182,6 +196,9 @@ class Coordinator:
                 case AckCommit():
                     out += job.ack_commit(node, now_ms)
                 case NackCommit(reason=reason):
+                    let_go = self._stale_busy_nack(job, node, reason)
+                    if let_go is not None:
+                        return [let_go]
                     out += job.nack_commit(node, now_ms, reason)
                 case AckRun():
                     out += job.ack_run(node, now_ms)
@@ -218,6 +235,23 @@ class Coordinator:
         # Gated jobs are looked at on the next tick (every turn), not per reply: a pass
         # costs O(their nodes), and a 100,000-node job brings 300,000 replies.
         return out
+
+    def _stale_busy_nack(self, job: Job, node: str, reason: str) -> Send | None:
+        """The ``abort`` to send instead of counting a ``busy`` nack that names a job over
+        for ``node``; None to count the nack (a real holder, or tries spent)."""
+        if not reason.startswith(BUSY_PREFIX) or job.state is not JobState.VOTING:
+            return None
+        record = job.nodes.get(node)
+        if record is None or record.state is not NodeState.NEW:
+            return None
+        holder = reason[len(BUSY_PREFIX) :]
+        let_go = None if holder == job.job_id else self.stale_hold(node, holder, "committed")
+        key = (job.job_id, node)
+        if let_go is None or self._stale_busy[key] >= STALE_BUSY_TRIES:
+            return None
+        self._stale_busy[key] += 1
+        self.stale_busy_nacks += 1
+        return let_go
 
     def _left_running(self, job: Job, node: str, message: Message) -> list[Change]:
         left = getattr(message, "left_running", ())
@@ -486,6 +520,8 @@ class Coordinator:
 
     def _retire(self, job_id: str) -> None:
         job = self.jobs[job_id]
+        for key in [k for k in self._stale_busy if k[0] == job_id]:  # rare: a few at most
+            del self._stale_busy[key]
         if self._active.pop(job_id, None) is not None:
             self._unfinished_by[job.requested_by] -= 1
             if not self._unfinished_by[job.requested_by]:

@@ -125,6 +125,7 @@ class ServerBackend:
             "nodes_online": intake.liveness.online_count,
             "jobs_active": sum(1 for _ in self.coordinator.active()),
             "late_replies": dict(self.coordinator.late),
+            "stale_busy_nacks": self.coordinator.stale_busy_nacks,
             "drops": drops,
             "heartbeats": sum(lag),
             # Sparse histogram {ms: count} of wall time from a heartbeat's timestamp to the

@@ -11,6 +11,7 @@ busy when the wait ran out; one with a long enough bound shows its node waiting 
 from __future__ import annotations
 
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -99,3 +100,29 @@ def test_a_job_waits_its_turn_on_a_busy_node_by_option(one_node: Fleet) -> None:
     assert waiting.returncode == Exit.OK, (out, err)
     assert fleet.status(first)["state"] == "complete"
     assert stamps(fleet) == [second]
+
+
+def test_a_job_started_right_after_an_abort_runs_on_the_node_still_stopping(
+    one_node: Fleet,
+) -> None:
+    """``job abort`` then ``job start`` at once, no ``--busy-wait``: the node may still be
+    stopping the aborted job when the new commit comes, and nacks it ``busy``. That job is
+    over for the node, so the server tells it again to let go and asks again, instead of
+    counting a no. Made certain here: the agent is paused while both commands queue, so it
+    reads the commit just after the abort, its process still ending."""
+    fleet = one_node
+    os.mkfifo(fleet.root / "gate")
+    first = fleet.start("hold", [NODE])["job_id"]
+    fleet.wait_node_state(first, NODE, "running")
+    agent = fleet.sandbox.procs[NODE]
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        fleet.call("job.abort", {"job_id": first})
+        second = fleet.start("stamp", [NODE])["job_id"]
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    done = fleet.wait_job(second)
+    assert (done["state"], done["summary"]) == ("complete", {"succeeded": 1}), done
+    assert stamps(fleet) == [second]
+    assert fleet.status(first)["state"] == "aborted"
+    assert fleet.call("server.info", {})["stale_busy_nacks"] >= 1  # the case was met

@@ -47,11 +47,16 @@ def submit(
 
 
 def say(
-    coord: Coordinator, clock: FakeClock, kind: type[Any], node: str, job_id: str
+    coord: Coordinator,
+    clock: FakeClock,
+    kind: type[Any],
+    node: str,
+    job_id: str,
+    reason: str = "busy with job x",
 ) -> list[Change]:
     extra: dict[str, Any] = {"exit_status": 0, "duration_ms": 5} if kind is Succeeded else {}
     if kind is NackCommit:
-        extra["reason"] = "busy with job x"
+        extra["reason"] = reason
     message = kind(
         sender=node,
         incarnation="i1",
@@ -91,9 +96,9 @@ def test_without_a_busy_wait_a_busy_node_is_asked_and_refuses_as_today() -> None
     coord = Coordinator()
     running(coord, clock, "long", "n1")
     assert commits(submit(coord, clock, "next"), "next") == ["n1"]
-    say(coord, clock, NackCommit, "n1", "next")
+    say(coord, clock, NackCommit, "n1", "next", "busy with job long")
     assert coord.jobs["next"].state.value == "quorum_failed"
-    assert row(coord, "next", "n1") == ("nacked", "busy with job x")
+    assert row(coord, "next", "n1") == ("nacked", "busy with job long")
 
 
 def test_a_waiting_job_asks_nothing_until_the_node_is_free_then_votes() -> None:

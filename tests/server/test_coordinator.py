@@ -242,3 +242,39 @@ def test_what_an_agent_could_not_kill_reaches_the_row_even_after_the_server_ende
         == []
     )
     assert "left_running" not in node_json(coord.jobs["j1"].nodes["n1"].__class__())
+
+
+def nack(job_id: str, reason: str, seq: int, sender: str = "n1") -> NackCommit:
+    return NackCommit(**env(seq, sender), job_id=job_id, reason=reason)
+
+
+def test_a_busy_nack_naming_a_job_over_for_the_node_is_answered_not_counted() -> None:
+    """``job abort`` then ``job start`` at once, or an abort lost with an edge: the node
+    still holds the aborted job. It is told to let it go, and asked again."""
+    coord = Coordinator()
+    submit(coord, "old")
+    coord.abort("old", T0 + 1, "aborted by alice")
+    assert coord.jobs["old"].finished
+    submit(coord, "new")
+    for tries in range(2):
+        out = coord.reply(nack("new", "busy with job old", seq=10 + tries), T0 + 2)
+        assert out == [Send("abort", "old", "n1")]
+        assert coord.jobs["new"].nodes["n1"].state.value == "new"  # no vote yet
+        # Its next heartbeat, free now, brings the commit again.
+        assert coord.unreported("n1", None) == [Send("commit", "new", "n1")]
+    assert coord.stale_busy_nacks == 2
+    # A node still busy after that votes no, saying why.
+    coord.reply(nack("new", "busy with job old", seq=20), T0 + 3)
+    record = coord.jobs["new"].nodes["n1"]
+    assert (record.state.value, record.reason) == ("nacked", "busy with job old")
+
+
+def test_a_busy_nack_naming_a_live_job_counts_at_once() -> None:
+    coord = Coordinator()
+    submit(coord, "old")
+    submit(coord, "new")  # old still votes on n1: n1 is really busy with it
+    coord.reply(nack("new", "busy with job old", seq=10), T0 + 2)
+    assert coord.jobs["new"].nodes["n1"].state.value == "nacked"
+    coord.reply(nack("new", "not whitelisted", seq=11, sender="n2"), T0 + 2)
+    assert coord.jobs["new"].nodes["n2"].state.value == "nacked"
+    assert coord.stale_busy_nacks == 0
