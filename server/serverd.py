@@ -215,6 +215,8 @@ class Server:
             jobs=self.jobs,
             leadership=self.leadership,
             server_name=self.name,
+            stale_after_s=live.interval_s,
+            offline_after_s=live.interval_s * live.offline_threshold,
         )
         self.watches = Watches()
         self.responder = Responder(api_outbox)

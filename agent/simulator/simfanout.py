@@ -9,6 +9,9 @@ dropped and counted: a late heartbeat is worthless.
 Replies wait in one queue, each tagged with the incarnation of the node that made it: a
 reply from before its node restarted is lost (as an agent's would be); a silent node's
 replies are held, not lost; one too big for the server's limit is counted and dropped.
+Each turn sends the replies before the heartbeats (``Simulator.turn``): one socket carries
+every node, and a server reading less than the fleet sends would otherwise see the
+heartbeats fill the queue at every turn and no reply ever taken.
 
 Each message leaves as three ``send`` calls of the socket's backend class, not one
 ``send_multipart``: pyzmq's ``send_multipart`` type-checks every part in Python and then

@@ -180,11 +180,15 @@ class Simulator:
         self.discovery.pump(now, _now_ms(), self.endpoint, self.s.facts, self.s.tags)
         push = self.link.push
         if self.cfg is not None and push is not None:
+            # Replies first: a full socket drops the heartbeats, which the next interval
+            # replaces, and never keeps a reply waiting behind other nodes' heartbeats. A
+            # real node queues only its own; here one socket carries thousands of nodes,
+            # and a server reading less than they send starved every reply (bench/overload).
+            if self.watch.online and self.fanout.replies:
+                self.fanout.flush(push, _now_ms())
             self.fanout.heartbeats(
                 push, now, _now_ms(), self.cfg.interval_s, server_online=self.watch.online
             )
-            if self.watch.online and self.fanout.replies:
-                self.fanout.flush(push, _now_ms())
 
     def _wait_s(self) -> float:
         now = time.monotonic()

@@ -89,6 +89,9 @@ def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"max {_ms(lag['max_ms'])} ({info.get('heartbeats', 0):,} heartbeats)",
             )
         )
+    reading = _reading(info)
+    if reading:
+        rows.append(("reading", reading))
     for edge in info.get("edges") or []:
         rows.append(("edge", _edge_line(edge)))
     outage = info.get("log_outage")
@@ -121,6 +124,20 @@ def lines(info: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _reading(info: Mapping[str, Any]) -> str:
+    """Whether this server reads its nodes' messages as fast as they come (a server with
+    edges reads theirs: see each edge's line); empty for one that always has."""
+    deferred, stalls = info.get("expiry_deferred", 0), info.get("stalls", 0)
+    since = f"offline checks put off {_times(deferred)}, stalled {_times(stalls)} since start"
+    if info.get("backlog"):
+        return f"BEHIND: messages waiting to be read; nobody is judged offline meanwhile ({since})"
+    return f"keeping up now; {since}" if deferred or stalls else ""
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n:,} times"
 
 
 def _edge_line(edge: Mapping[str, Any]) -> str:

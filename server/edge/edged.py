@@ -155,7 +155,9 @@ class Edge:
             spec.interval_s, spec.offline_threshold, spec.online_threshold
         )
         self.intake = EdgeIntake(
-            Inbox(self.sessions.resolve, spec.max_skew_s, self.limits), self.liveness
+            Inbox(self.sessions.resolve, spec.max_skew_s, self.limits),
+            self.liveness,
+            stale_after_s=spec.interval_s,
         )
         self.contacts: dict[str, Contact] = {}
         self.keys_applied = 0

@@ -27,6 +27,7 @@ from collections import Counter
 from pushjobs.protocol.codec import Beat
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
+from pushjobs.protocol.shedding import stale_heartbeat
 from server.core.edgewire import Report
 from server.core.nodetable import NodeOnline, NodeRestarted, NodeTable
 
@@ -47,8 +48,15 @@ class _Seen:
 
 
 class EdgeIntake:
-    def __init__(self, inbox: Inbox, liveness: LivenessTracker) -> None:
+    def __init__(
+        self, inbox: Inbox, liveness: LivenessTracker, *, stale_after_s: float = 1.0
+    ) -> None:
+        """``stale_after_s``: while behind, a heartbeat older than this is shed unread
+        (``pushjobs.protocol.shedding``): the heartbeat interval. Nobody is judged until
+        an offline window has passed since the last shed."""
         self.inbox = inbox
+        self.stale_after_ms = round(stale_after_s * 1000)
+        self.shed_until = float("-inf")
         self.liveness = liveness
         self.nodes = NodeTable(liveness)
         self.seen: dict[str, _Seen] = {}
@@ -63,8 +71,12 @@ class EdgeIntake:
         self.last_batch = len(batch)
         accept = self.inbox.accept_beat
         beat = self._heartbeat
-        heartbeats = 0  # counted once per batch: a Counter's item costs a dict subclass's
+        heartbeats = shed = 0  # counted once per batch: a Counter's item costs a dict's
+        stale_before = now_ms - self.stale_after_ms if self.backlog else None
         for frames in batch:
+            if stale_before is not None and stale_heartbeat(frames, stale_before):
+                shed += 1  # behind: a newer one follows (``shedding``)
+                continue
             received = accept(frames, now_ms)
             if received is None:
                 continue
@@ -76,6 +88,11 @@ class EdgeIntake:
                 self.report.replies.append(frames[1])
         if heartbeats:
             self.counters["heartbeats"] += heartbeats
+        if shed:
+            self.counters["heartbeats_shed"] += shed
+            # Judge nobody on the heartbeats shed: a node alive through them is read
+            # again within a window of the last shed.
+            self.shed_until = now + self.liveness.offline_after_s
 
     def _heartbeat(self, beat: Beat, restarted: bool, now: float, now_ms: int) -> None:
         node, incarnation, _, timestamp, endpoint, job_id, job_state = beat
@@ -121,7 +138,7 @@ class EdgeIntake:
         self.last_batch = 0
 
     def expire(self, now: float) -> None:
-        if self.backlog:
+        if self.backlog or now < self.shed_until:
             self.counters["expiry_deferred"] += 1
             return
         for went in self.nodes.expire(now):

@@ -138,6 +138,10 @@ class ServerBackend:
             },
             "command_sockets": self.channels.command_sockets,
             "expiry_deferred": intake.counters["expiry_deferred"],
+            # Overload, as the one-process server meets it (edges say theirs per edge):
+            # a read that filled its batch left messages queued, and offline checks wait.
+            "backlog": intake.backlog,
+            "stalls": intake.counters["stalls"],
             "watches": {"parked": self.watches.count, "refused": self.watches.refused},
             "enrolment": {
                 "queued": admission.queued,

@@ -32,6 +32,7 @@ from pushjobs.protocol.codec import decode
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Message, NodeHeartbeat
+from pushjobs.protocol.shedding import stale_heartbeat
 from server.core import records
 from server.core.batch import NODE_RESTARTED
 from server.core.edgeliveness import EdgeLiveness
@@ -58,8 +59,16 @@ class NodeIntake:
         jobs: Jobs,
         leadership: Leadership,
         server_name: str,
+        stale_after_s: float = 1.0,
+        offline_after_s: float = 3.0,
     ) -> None:
+        """``stale_after_s``: while behind, a heartbeat older than this is shed unread
+        (``pushjobs.protocol.shedding``): the heartbeat interval. ``offline_after_s``: the
+        offline window; nobody is judged until one has passed since the last shed."""
         self.inbox = inbox
+        self.stale_after_ms = round(stale_after_s * 1000)
+        self.offline_after_s = offline_after_s
+        self.shed_until = float("-inf")
         self.nodes = nodes
         self.liveness = liveness
         self.jobs = jobs
@@ -80,7 +89,12 @@ class NodeIntake:
     def receive(self, batch: list[list[bytes]], now: float, now_ms: int) -> None:
         # A full batch means more is queued: heartbeats this server has not read yet.
         self.backlog = len(batch) >= BATCH
+        stale_before = now_ms - self.stale_after_ms if self.backlog else None
+        shed = 0
         for frames in batch:
+            if stale_before is not None and stale_heartbeat(frames, stale_before):
+                shed += 1  # behind: a newer one follows (``shedding``)
+                continue
             received = self.inbox.accept(frames, now_ms)
             if received is None:
                 continue
@@ -92,6 +106,11 @@ class NodeIntake:
             else:
                 # No leader yet (a restart waiting for the old lease): keep results for it.
                 self.standby_replies.append(msg)
+        if shed:
+            self.counters["heartbeats_shed"] += shed
+            # Judge nobody on the heartbeats shed: a node alive through them is read
+            # again within a window of the last shed.
+            self.shed_until = now + self.offline_after_s
 
     def edge_report(
         self, edge: str, report: Report, owner: Callable[[str], str | None], now: float, now_ms: int
@@ -208,7 +227,7 @@ class NodeIntake:
     # --- time ---------------------------------------------------------------------------
 
     def expire(self, now: float, now_ms: int) -> None:
-        if self.backlog:
+        if self.backlog or now < self.shed_until:
             # Silence is only evidence once the queue is read: a server that fell behind
             # must not call its own lag an outage.
             self.counters["expiry_deferred"] += 1

@@ -248,6 +248,16 @@ def _scalars(info: Mapping[str, Any]) -> Iterator[Metric]:
         "Offline checks put off because heartbeats were still queued.",
         info["expiry_deferred"],
     )
+    yield _gauge(
+        "pushjobs_backlog",
+        "1 while messages from nodes wait to be read (the server is behind), else 0.",
+        int(bool(info.get("backlog"))),
+    )
+    yield _counter(
+        "pushjobs_stalls",
+        "Times the server could not read for longer than a heartbeat interval.",
+        info.get("stalls", 0),
+    )
     yield _gauge("pushjobs_watches_parked", "job.watch requests waiting.", watches["parked"])
     yield _counter("pushjobs_watches_refused", "job.watch requests over a cap.", watches["refused"])
     yield _gauge(

@@ -14,6 +14,8 @@ def test_the_block_has_one_line_per_concern() -> None:
         "jobs        1 running, 7 complete",
         "drops       api: 5 frame; reply: 3 bad_signature, 1 replay",
         "heartbeats  lag p50 3 ms, p99 2000 ms, max 2000 ms (6 heartbeats)",
+        "reading     BEHIND: messages waiting to be read; nobody is judged offline meanwhile "
+        "(offline checks put off 2 times, stalled once since start)",
         "log         append p50 2 ms, p99 5 ms, max 4.5 ms (4 appends, 2 failed)",
         "gc          paused 47 ms in total, longest 40 ms (13 collections, 1 full)",
     ]
@@ -36,6 +38,16 @@ def test_a_log_outage_and_standing_by_are_said_plainly() -> None:
         "log         NOT WRITABLE for 1m 15s (9 tries): log.db: the disk holding the log is full"
         in text
     )
+
+
+def test_a_server_that_caught_up_says_what_it_went_through_and_one_never_behind_nothing() -> None:
+    caught_up = render({**INFO, "backlog": False})
+    assert (
+        "reading     keeping up now; offline checks put off 2 times, stalled once since start"
+        in caught_up.splitlines()
+    )
+    calm = render({**INFO, "backlog": False, "expiry_deferred": 0, "stalls": 0})
+    assert "reading" not in calm
 
 
 def test_no_drops_and_no_jobs_read_none() -> None:

@@ -11,8 +11,8 @@ busy when the wait ran out; one with a long enough bound shows its node waiting 
 from __future__ import annotations
 
 import os
-import signal
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator

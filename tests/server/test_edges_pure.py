@@ -17,6 +17,7 @@ from pushjobs.protocol.signing import HmacSigner
 from server.core import edgewire, rendezvous
 from server.core.edgeliveness import EdgeLiveness
 from server.edge.edged import EdgeSpec
+from server.edge.edgeintake import BATCH as EDGE_BATCH
 from server.edge.edgeintake import TRICKLE_S, EdgeIntake
 from server.front.sessions import SessionKeys
 from server.shell.serverconfig import ServerConfig
@@ -256,3 +257,20 @@ def test_an_online_node_counts_as_heard_now_unless_held() -> None:
     live.expire(105.0)
     held = live.status("a")
     assert held is not None and held.online and held.last_seen == 0.0
+
+
+def test_an_edge_behind_sheds_stale_heartbeats_and_judges_nobody_a_window_after() -> None:
+    intake, signer, _ = _edge()
+    beats = _Beats(signer)
+    intake.receive([beats.frames(WALL), beats.frames(WALL + 1000)], 1.0, WALL + 1000)
+    assert intake.liveness.is_online("n1")
+    now_ms = WALL + 20_000
+    full = [beats.frames(WALL + 2000 + i) for i in range(EDGE_BATCH)]
+    intake.receive(full, 20.0, now_ms)
+    assert intake.backlog and intake.counters["heartbeats_shed"] == EDGE_BATCH
+    assert sum(intake.inbox.drops.values()) == 0
+    intake.idle()
+    intake.expire(22.9)
+    assert intake.liveness.is_online("n1")  # its heartbeats were shed, not missing
+    intake.expire(23.0)
+    assert not intake.liveness.is_online("n1")

@@ -142,3 +142,38 @@ def test_a_cut_off_node_goes_offline_or_at_least_is_lost_to_its_jobs() -> None:
     jobs.calls.clear()
     intake.cut_off("never-seen", 0.1, T0, "key revoked")
     assert jobs.calls == [("lost", "never-seen", "key revoked")]
+
+
+def test_behind_it_sheds_stale_heartbeats_unread_reads_replies_and_judges_nobody_on_them() -> None:
+    """Under overload a queue read oldest first made every reply too old for the replay
+    window (bench/overload.py): behind, stale heartbeats are dropped before the signature,
+    replies are read whatever their age, and nobody is judged until a whole offline
+    window has passed since the last shed."""
+    intake, jobs, sessions = setup()
+    n1, n2 = node_outbox(sessions, "n1"), node_outbox(sessions, "n2")
+    for node in (n1, n2):
+        intake.receive([beat(node, T0), beat(node, T0 + 1000)], 1.0, T0 + 1000)
+    assert intake.nodes.is_online("n1") and intake.nodes.is_online("n2")
+    jobs.calls.clear()
+    now_ms = T0 + 20_000  # 18 s behind: past the offline window, within the replay window's
+    stale = [beat(n1, T0 + 2000 + i) for i in range(BATCH - 2)]
+    ack = n2.frames(AckCommit, T0 + 2000, job_id="j1")
+    fresh = beat(n2, now_ms - 200)
+    intake.receive([*stale, ack, fresh], 20.0, now_ms)
+    assert intake.backlog and intake.counters["heartbeats_shed"] == BATCH - 2
+    assert jobs.calls == [("reply", "n2"), ("heartbeat", "n2")]  # the ack, then the fresh beat
+    assert sum(intake.inbox.drops.values()) == 0  # shed, not verified and refused
+    intake.idle()  # caught up: not behind any more, but n1's beats were shed 0 s ago
+    intake.expire(22.9, now_ms + 2900)
+    assert intake.nodes.is_online("n1")
+    intake.receive([beat(n2, now_ms + 2500)], 22.5, now_ms + 2500)  # n2 alive, not behind
+    intake.expire(23.0, now_ms + 3000)  # a whole window since the last shed: n1 was silent
+    assert not intake.nodes.is_online("n1") and intake.nodes.is_online("n2")
+
+
+def test_a_reader_not_behind_sheds_nothing() -> None:
+    intake, jobs, sessions = setup()
+    n1 = node_outbox(sessions, "n1")
+    intake.receive([beat(n1, T0), beat(n1, T0 + 1)], 20.0, T0 + 20_000)
+    assert intake.counters["heartbeats_shed"] == 0
+    assert jobs.calls.count(("heartbeat", "n1")) == 2

@@ -38,6 +38,8 @@ INFO: dict[str, Any] = {
     "transitions": {"online": 4, "offline": 1},
     "command_sockets": 3,
     "expiry_deferred": 2,
+    "backlog": True,
+    "stalls": 1,
     "watches": {"parked": 1, "refused": 0},
     "enrolment": {"queued": 0, "refused": 2, "registry_writes": 3, "failed_writes": 1},
     "gc": {
@@ -114,6 +116,10 @@ def test_every_figure_of_server_info_is_a_metric() -> None:
     assert value(failures, "pushjobs_log_append_failures_total") == 2
     writes = m["pushjobs_registry_write_failures"]
     assert value(writes, "pushjobs_registry_write_failures_total") == 1
+    # Overload: behind now, how often offline checks waited, how often it stalled.
+    assert value(m["pushjobs_backlog"], "pushjobs_backlog") == 1
+    assert value(m["pushjobs_expiry_deferred"], "pushjobs_expiry_deferred_total") == 2
+    assert value(m["pushjobs_stalls"], "pushjobs_stalls_total") == 1
 
 
 def test_heartbeat_lag_is_a_histogram_in_seconds() -> None:
