@@ -168,3 +168,34 @@ def touched_chunks(
 
 def command_record(job_id: str, request: Mapping[str, Any]) -> tuple[str, bytes]:
     return f"job:{job_id}", orjson.dumps(request)
+
+
+TARGETS_KEY = "/targets/"
+TARGETS_CHUNK_BYTES = 256 * 1024
+"""A start request's targets go in records of their own past this (encoded): 100,000 node
+names made a request of 1.2 MB, over the log's value limit, and no such job could start."""
+
+
+def start_records(job_id: str, request: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """A start request's records: one, or, when its targets are many, chunks of them
+    (``job:<id>/targets/<i>``, a list of names each) and then the request itself naming
+    how many (``target_chunks``), last: appended in one batch, in order, so a request that
+    was written has every chunk before it (``recovery`` reads them back)."""
+    targets = list(request.get("targets") or ())
+    whole = orjson.dumps(request)
+    if len(whole) <= TARGETS_CHUNK_BYTES:
+        return [(f"job:{job_id}", whole)]
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for name in targets:
+        cost = len(name) + 4  # its quotes, a comma, and a character's escape at most
+        if size + cost > TARGETS_CHUNK_BYTES and chunks[-1]:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += cost
+    head = {k: v for k, v in request.items() if k != "targets"}
+    head["target_chunks"] = len(chunks)
+    out = [(f"job:{job_id}{TARGETS_KEY}{i}", orjson.dumps(chunk)) for i, chunk in enumerate(chunks)]
+    out.append((f"job:{job_id}", orjson.dumps(head)))
+    return out

@@ -238,7 +238,7 @@ class Jobs:
         if schedule_id is not None:
             command["schedule_id"] = schedule_id
         # The request is durable before anything acts on it.
-        self.leadership.append(self.topics.commands, [records.command_record(job_id, command)])
+        self.leadership.append(self.topics.commands, records.start_records(job_id, command))
         self.changes += self.coordinator.submit(
             job_id,
             request.command,

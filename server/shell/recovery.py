@@ -15,7 +15,7 @@ import orjson
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.topics import TopicNames
 from server.core.job import Job
-from server.core.records import CHUNK_KEY
+from server.core.records import CHUNK_KEY, TARGETS_KEY
 
 
 @dataclass(slots=True)
@@ -55,13 +55,29 @@ def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
         except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
             out.damaged.append(f"{key}: {type(exc).__name__}: {exc}")
     known = {f"job:{job.job_id}" for job, _ in out.jobs}
+    requests: dict[str, bytes] = {}
+    targets: dict[str, dict[int, bytes]] = {}
     for key, record in log.latest(topics.commands).items():
-        if key in known or record.value is None:
+        base, sep, index = key.partition(TARGETS_KEY)
+        if base in known or record.value is None:
             continue
+        if not sep:
+            requests[key] = record.value
+        elif index.isdigit():
+            targets.setdefault(base, {})[int(index)] = record.value
+    for key, value in requests.items():
         try:
-            request = orjson.loads(record.value)
-        except orjson.JSONDecodeError as exc:
-            out.damaged.append(f"{key}: {exc}")
+            request = orjson.loads(value)
+            if isinstance(request, dict) and "target_chunks" in request:
+                # A large request's targets, in the records written before it.
+                parts = targets.get(key, {})
+                count = int(request.pop("target_chunks"))
+                missing = [i for i in range(count) if i not in parts]
+                if missing:
+                    raise KeyError(f"target chunks {missing[:5]} missing")
+                request["targets"] = [n for i in range(count) for n in orjson.loads(parts[i])]
+        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+            out.damaged.append(f"{key}: {type(exc).__name__}: {exc}")
             continue
         if isinstance(request, dict) and request.get("type") == "start":
             out.unstarted.append(request)

@@ -14,6 +14,7 @@ from pushjobs.states import NodeState
 from server.core.coordinator import Coordinator
 from server.core.job import Job
 from server.core.records import snapshot_records, touched_chunks
+from server.core.records import start_records as start_request_records
 from server.core.snapshot import CHUNK_NODES
 from server.shell.recovery import recover
 
@@ -175,3 +176,39 @@ def test_a_finished_job_keeps_no_encoded_rows():
     for i in range(job.chunks):
         assert job.chunk_bytes(i) == orjson.dumps(job.chunk(i))
     assert job._rows == {}  # the last write of a finished job leaves nothing behind
+
+
+def start_request(names: list[str]) -> dict[str, object]:
+    return {"type": "start", "job_id": "big", "command": "true", "targets": names}
+
+
+def test_a_start_request_on_100000_nodes_is_chunked_under_the_value_limit_and_read_back():
+    """100,000 names made one request of 1.2 MB: over the log's 1 MiB, the job never began."""
+    log = MemoryLog()
+    topics = create_standard_topics(log)
+    names = [f"web-{i:06d}.example.org" for i in range(100_000)]
+    records = start_request_records("big", start_request(names))
+    assert len(records) > 1 and max(len(v) for _, v in records) < 1024 * 1024
+    assert records[-1][0] == "job:big"  # the request itself last: written, it has its targets
+    log.append_batch(topics.commands, records)
+    found = recover(log, topics)
+    assert found.damaged == []
+    [request] = found.unstarted
+    assert request["targets"] == names and "target_chunks" not in request
+
+
+def test_a_small_start_request_stays_one_record() -> None:
+    records = start_request_records("small", start_request(["a", "b"]))
+    assert [k for k, _ in records] == ["job:small"]
+    assert orjson.loads(records[0][1])["targets"] == ["a", "b"]
+
+
+def test_a_start_request_missing_a_target_chunk_is_reported_not_started():
+    log = MemoryLog()
+    topics = create_standard_topics(log)
+    names = [f"n{i:07d}" for i in range(200_000)]
+    records = start_request_records("big", start_request(names))
+    log.append_batch(topics.commands, [r for r in records if not r[0].endswith("/targets/1")])
+    found = recover(log, topics)
+    assert found.unstarted == []
+    assert len(found.damaged) == 1 and "target chunks [1] missing" in found.damaged[0]
