@@ -103,8 +103,14 @@ def test_a_full_disk_while_running_stands_the_server_by_until_space_is_freed(
         job = fleet.wait_job(fleet.start("hello")["job_id"])
         assert job["state"] == "complete"
         text = server_log(fleet.sandbox)
-        assert text.count("the ordered log cannot be written") == 1  # not a line per retry
-        assert "the ordered log can be written again" in text
+        # One line per outage, not per retry, and each outage's end said. The scheduler
+        # tracks the log on its own and may say so too (``schedules: ...``, ended at its
+        # next try, up to 10 s later): CI met the phrase twice. A loaded machine may also
+        # see the server's own outage twice (a write that found room a checkpoint freed).
+        down = text.count("pushjobs-server: the ordered log cannot be written")
+        up = text.count("pushjobs-server: the ordered log can be written again")
+        assert 1 <= down == up <= 2, text
+        assert text.count("schedules: the ordered log cannot be written") <= 2, text
         assert "Traceback" not in text
     finally:
         fleet.close()
