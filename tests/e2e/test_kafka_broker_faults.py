@@ -11,7 +11,9 @@ For each: the job acknowledged before the fault and the schedule added before it
 complete, once the cluster serves; every node ran the job and the schedule's job exactly
 once (each run journals its start and end in ``runs-NODE``); the schedule fired once. With
 one broker down the servers carry on (two replicas of three are in sync): no outage, the
-same leader. With the whole cluster down the leader says so (``log_outage``, its log line)
+same leader, unless that broker coordinated the leader group: then the lease may move (it
+did in about one CI run in three of those), and the check is that both servers live and one
+leads after. With the whole cluster down the leader says so (``log_outage``, its log line)
 and stands by until the brokers are back; then one server leads again.
 
 The cluster is the module's own, started once; each test begins with its three brokers
@@ -168,6 +170,15 @@ class Scene:
         admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
         return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
 
+    def coordinates_leader_group(self, broker: int) -> bool:
+        """Is ``broker`` the coordinator of the servers' leader group (``Leadership``)?"""
+        from confluent_kafka.admin import AdminClient
+
+        group = self.prefix + "leader"
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        found = admin.describe_consumer_groups([group], request_timeout=10)[group]
+        return int(found.result(timeout=15).coordinator.id) == broker
+
     def begin(self, *, job_s: int, schedule_in_s: float) -> None:
         """A job of ``job_s`` seconds on every node, running; a one-shot schedule due in
         ``schedule_in_s`` (a one-second job on every node)."""
@@ -254,6 +265,26 @@ class Scene:
             assert not outage, (name, outage)
         assert self.leader() == leader_before
 
+    def live_through(self) -> None:
+        """One broker down, the leader group's coordinator: the lease may move (librdkafka's
+        member gives its partition up when a heartbeat to a hung coordinator times out;
+        docs/high-availability.md, "When brokers fail"), safely: both servers alive, no
+        outage of the log, one leader after."""
+        for name in self.servers:
+            assert self.pair.sandbox.procs[name].alive(), name
+            told = [
+                line for line in self.since_fault(name).splitlines() if "schedules:" not in line
+            ]
+            assert not [line for line in told if OUTAGE_LINE in line], name
+        assert wait_until(self.leader, SETTLE_S) is not None
+
+    def after_one_broker(self, leader_before: str, coordinated: bool) -> None:
+        """``carry_on`` unless the broker down coordinated the leader group."""
+        if coordinated:
+            self.live_through()
+        else:
+            self.carry_on(leader_before)
+
     def again(self) -> None:
         """A job on every node once all three brokers serve again."""
         job = self.pair.start("true")
@@ -274,10 +305,11 @@ def test_the_broker_leading_commands_killed_mid_job(tmp_path: Path, cluster: Kaf
     with scene(tmp_path, cluster) as s:
         victim = s.leader_broker("commands")
         s.begin(job_s=3, schedule_in_s=2.0)
+        coordinated = s.coordinates_leader_group(victim)
         leader = s.fault()
         cluster.kill(victim)  # SIGKILL
         s.check_once()
-        s.carry_on(leader)
+        s.after_one_broker(leader, coordinated)
         cluster.restart(victim)
         s.again()
 
@@ -291,6 +323,7 @@ def test_the_broker_leading_commands_stopped_past_its_session(
     with scene(tmp_path, cluster) as s:
         victim = s.leader_broker("commands")
         s.begin(job_s=3, schedule_in_s=2.0)
+        coordinated = s.coordinates_leader_group(victim)
         leader = s.fault()
         cluster.pause(victim)
         try:
@@ -298,7 +331,7 @@ def test_the_broker_leading_commands_stopped_past_its_session(
         finally:
             cluster.resume(victim)
         s.check_once()
-        s.carry_on(leader)
+        s.after_one_broker(leader, coordinated)
         cluster.wait_serving(60)
         s.again()
 
