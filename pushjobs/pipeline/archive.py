@@ -152,14 +152,15 @@ class Archiver:
             bad: list[dict[str, Any]] = []
             for rec in records:
                 try:
-                    row = events.parse(rec.offset, rec.value)
+                    found = events.rows(rec.offset, rec.value)
                 except Rejected as exc:
                     reason = str(exc)
                     result.reasons[reason] = result.reasons.get(reason, 0) + 1
                     raw = (rec.value or b"")[:4096].decode("utf-8", errors="replace")
                     bad.append({"offset": rec.offset, "reason": reason, "value": raw})
                     continue
-                rows.setdefault(events.day(row["ts"]), []).append(row)
+                for row in found:
+                    rows.setdefault(events.day(row["ts"]), []).append(row)
             for day, day_rows in sorted(rows.items()):
                 self._write_parquet(day, day_rows)
                 result.files += 1

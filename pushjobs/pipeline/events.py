@@ -3,6 +3,12 @@
 A record the server wrote to the ``events`` topic becomes one row with the log offset it
 had; a record that is not a usable event is *rejected* with a reason, never dropped
 silently: the archiver counts it and keeps it aside with its offset.
+
+A ``node_states`` record (a job's node changes of one turn, ``server.core.records``)
+becomes one ``node_state`` row per entry, each with the record's offset, as if each
+change had been a record of its own: the archive, the reports and their independent
+check see the same rows either way. One bad entry rejects the whole record (kept aside
+whole): the server wrote it, so it is damage, not one node's news.
 """
 
 from __future__ import annotations
@@ -45,8 +51,23 @@ NEEDS: Final = {
 MAX_TS_MS: Final = 253402300799999  # 9999-12-31: later is a corrupt clock, not a date
 
 
+NODE_STATES: Final = "node_states"
+ENTRY_FIELDS: Final = ("node", "state", "prev_state", "ts", "exit_status", "duration_ms", "reason")
+"""A ``node_states`` entry, in order (``server.core.records.NODE_STATE_FIELDS``)."""
+_SHARED: Final = ("job_id", "command", "server")
+
+
 def parse(offset: int, value: bytes | None) -> dict[str, Any]:
-    """The archived row of one ``events`` record, or ``Rejected``."""
+    """The archived row of one ``events`` record of a single event, or ``Rejected``."""
+    found = rows(offset, value)
+    if len(found) != 1:
+        raise Rejected(f"{len(found)} events in one record")
+    return found[0]
+
+
+def rows(offset: int, value: bytes | None) -> list[dict[str, Any]]:
+    """The archived rows of one ``events`` record (several for ``node_states``), or
+    ``Rejected``."""
     if value is None:
         raise Rejected("tombstone")
     try:
@@ -55,6 +76,25 @@ def parse(offset: int, value: bytes | None) -> dict[str, Any]:
         raise Rejected("not JSON") from None
     if not isinstance(obj, dict):
         raise Rejected("not a JSON object")
+    if obj.get("kind") != NODE_STATES:
+        return [_row(offset, obj)]
+    entries = obj.get("nodes")
+    if not isinstance(entries, list) or not entries:
+        raise Rejected("node_states without nodes")
+    shared = {name: obj.get(name) for name in _SHARED}
+    out = []
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != len(ENTRY_FIELDS):
+            raise Rejected(f"a node_states entry is not a list of {len(ENTRY_FIELDS)}")
+        one = {**shared, **dict(zip(ENTRY_FIELDS, entry, strict=True)), "kind": "node_state"}
+        try:
+            out.append(_row(offset, one))
+        except Rejected as exc:
+            raise Rejected(f"a node_states entry: {exc}") from None
+    return out
+
+
+def _row(offset: int, obj: dict[str, Any]) -> dict[str, Any]:
     ts = obj.get("ts")
     if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
         raise Rejected("ts is not a time in ms")

@@ -6,6 +6,15 @@ node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``comman
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
 A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
 
+A job's node changes of one turn are written together, not one record each: a
+``node_states`` record (``ts`` of its first change, ``job_id``, ``command``, ``server``)
+whose ``nodes`` lists each change as ``[node, state, prev_state, ts, exit_status,
+duration_ms, reason]`` (``NODE_STATE_FIELDS``), in order, up to ``NODE_STATES_BYTES`` a
+record. A 10,000-node job changed 30,000 nodes' states, each a record of its own to
+encode and append; the archive (``pushjobs.pipeline.events``) turns each entry back into
+the ``node_state`` row it stood for. A change of the job itself closes its group, so the
+records keep the job's order of events.
+
 Every record here can be encoded, so none has a fallback: a job holds what ``job.start``
 or ``schedule.add`` checked (``jobparams.py``: timeouts of at most a year, so that their
 milliseconds and deadlines stay far inside 64 bits; the leader's default timeouts are
@@ -56,16 +65,59 @@ def event(
     }
 
 
+NODE_STATES = "node_states"
+NODE_STATE_FIELDS = ("node", "state", "prev_state", "ts", "exit_status", "duration_ms", "reason")
+NODE_STATES_BYTES = 256 * 1024
+"""A ``node_states`` record's entries, encoded, stay under this (the log's values under
+1 MiB): counted at 6 bytes a character of names and reasons (a control character's
+escape), so about 1,600 ten-character names a record."""
+_ENTRY_BYTES = 96  # an entry's brackets, quotes, commas, states, times and status
+
+
 def job_events(
     changes: Iterable[Change], jobs: Mapping[str, Job], server: str
 ) -> list[tuple[str, bytes]]:
-    """(key, value) event records for ``changes``, in order."""
-    out: list[tuple[str, bytes]] = []
+    """(key, value) event records for ``changes``, in order; a job's node changes
+    grouped in ``node_states`` records (see the module docstring)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}  # job -> (record, [size])
     for change in changes:
         job = jobs.get(change.job_id)
         if job is None:
             continue
         key = f"job:{job.job_id}"
+        if isinstance(change, NodeChanged):
+            node, at = change.node, change.at_ms
+            # A batch job's node runs from its turn, not from the job's first runs.
+            turn = job.nodes[node].turn_ms
+            started = job.run_started_ms if turn is None else turn
+            reason = change.reason or None
+            cost = _ENTRY_BYTES + 6 * (len(node) + len(change.reason))
+            group = groups.get(job.job_id)
+            if group is None or group[1][0] + cost > NODE_STATES_BYTES:
+                record = event(NODE_STATES, at, server, job_id=job.job_id, command=job.command)
+                del record["node"], record["state"], record["prev_state"]
+                del record["exit_status"], record["duration_ms"]
+                record["nodes"] = []
+                group = groups[job.job_id] = (record, [0])
+                out.append((key, record))
+            group[0]["nodes"].append(
+                [
+                    node,
+                    change.state.value,
+                    change.prev.value,
+                    at,
+                    change.exit_status,
+                    None if started is None else max(0, at - started),
+                    reason,
+                ]
+            )
+            group[1][0] += cost
+            continue
+        if not isinstance(change, OutputReceived):
+            # Node changes that follow a change of the job itself come after it. (A node's
+            # output, a record of its own, is read by node, in no order with the states.)
+            groups.pop(job.job_id, None)
         match change:
             case JobCreated(at_ms=at):
                 rec = event(
@@ -91,23 +143,6 @@ def job_events(
                     duration_ms=duration if state == job.state and job.finished else None,
                     summary=job.summary() if job.finished else None,
                 )
-            case NodeChanged(node=node, prev=prev, state=state, at_ms=at):
-                # A batch job's node runs from its turn, not from the job's first runs.
-                turn = job.nodes[node].turn_ms
-                started = job.run_started_ms if turn is None else turn
-                rec = event(
-                    "node_state",
-                    at,
-                    server,
-                    job_id=job.job_id,
-                    node=node,
-                    command=job.command,
-                    state=state.value,
-                    prev_state=prev.value,
-                    exit_status=change.exit_status,
-                    duration_ms=None if started is None else max(0, at - started),
-                    reason=change.reason or None,
-                )
             case OutputReceived(node=node, output=output, exit_status=status):
                 rec = event(
                     "output",
@@ -124,8 +159,8 @@ def job_events(
                 )
             case _:
                 continue
-        out.append((key, orjson.dumps(rec)))
-    return out
+        out.append((key, rec))
+    return [(key, orjson.dumps(rec)) for key, rec in out]
 
 
 def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tuple[str, bytes]:

@@ -10,6 +10,7 @@ import pytest
 from pushjobs.errors import StateError
 from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
+from pushjobs.pipeline import events
 from pushjobs.quorum import Quorum, Share
 from pushjobs.states import JobState, NodeState
 from server.core import records
@@ -266,7 +267,8 @@ def test_node_event_duration_runs_from_the_nodes_turn_not_the_jobs_first_runs():
     voted(job)  # T0 + 1: a's turn
     changes = job.succeeded("a", T0 + 4000)  # and b's turn
     changes += job.succeeded("b", T0 + 4500)
-    rows = [json.loads(v) for _, v in records.job_events(changes, {"j1": job}, "s1")]
+    written = records.job_events(changes, {"j1": job}, "s1")
+    rows = [row for i, (_, v) in enumerate(written) for row in events.rows(i, v)]
     ends = {r["node"]: r["duration_ms"] for r in rows if r["state"] == "succeeded"}
     assert ends == {"a": 3999, "b": 500}
 
