@@ -58,8 +58,13 @@ def header_for(signer: Signer) -> bytes:
 
 def seal(message: Message, signer: Signer, limits: Limits = DEFAULT_LIMITS) -> list[bytes]:
     """Encode, frame and sign ``message``; refuse to send what a receiver would drop."""
+    return seal_body(encode(message), signer, limits)
+
+
+def seal_body(body: bytes, signer: Signer, limits: Limits = DEFAULT_LIMITS) -> list[bytes]:
+    """Frame and sign an encoded body (``seal``; a fan-out stamps its bodies from one
+    template, ``template.BodyTemplate``)."""
     header = header_for(signer)
-    body = encode(message)
     if len(body) > limits.max_body_bytes:
         raise OversizedFrame(f"body of {len(body)} bytes exceeds {limits.max_body_bytes}")
     return [header, body, signer.sign(header + b"\n" + body)]

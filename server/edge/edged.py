@@ -47,12 +47,13 @@ from keys import files
 from keys.fingerprint import key_id
 from pushjobs.errors import PushJobsError
 from pushjobs.protocol import codec
-from pushjobs.protocol.framing import Limits, seal
+from pushjobs.protocol.framing import Limits, seal_body
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
+from pushjobs.protocol.template import BodyTemplate
 from pushjobs.transport.sockets import CurveKeys, Transport, drain
 from server.core import edgewire
 from server.edge.edgeintake import BATCH, EdgeIntake
@@ -110,6 +111,9 @@ class _FanOut:
     template: Commit | None
     nodes: list[str]
     next: int = 0
+    stamp: BodyTemplate | None = None
+    """Every node's body from one encoding (set at the first send; None: each encoded)."""
+    stamped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +368,33 @@ class Edge:
             if fan.next >= len(fan.nodes):
                 self.fanouts.popleft()
 
+    def _message(self, fan: _FanOut, sequence: int, now_ms: int, node: str) -> Message:
+        """The command ``fan`` sends ``node``, as a message."""
+        outbox = self.outbox
+        if fan.template is not None:
+            return dataclasses.replace(
+                fan.template,
+                sender=outbox.sender,
+                incarnation=outbox.incarnation,
+                sequence=sequence,
+                timestamp=now_ms,
+                node=node,
+            )
+        cls = Run if fan.kind == "run" else Abort
+        return cls(
+            sender=outbox.sender,
+            incarnation=outbox.incarnation,
+            sequence=sequence,
+            timestamp=now_ms,
+            node=node,
+            job_id=fan.job_id,
+        )
+
     def _send_commands(self, fan: _FanOut, nodes: list[str], now: float, now_ms: int) -> None:
-        kind, job_id, template = fan.kind, fan.job_id, fan.template
+        if not fan.stamped:
+            fan.stamped = True
+            fan.stamp = BodyTemplate.of(self._message(fan, 0, now_ms, ""))
+        kind, stamp = fan.kind, fan.stamp
         sent = 0
         outbox, send_command = self.outbox, self.channels.send_command
         for node in nodes:
@@ -377,23 +406,13 @@ class Edge:
                 self.counters["unsendable"] += 1
                 continue
             endpoint = endpoint or contact.endpoint
-            message: Message
-            if template is not None:
-                outbox.sequence += 1
-                message = dataclasses.replace(
-                    template,
-                    sender=outbox.sender,
-                    incarnation=outbox.incarnation,
-                    sequence=outbox.sequence,
-                    timestamp=now_ms,
-                    node=node,
-                )
-            elif kind == "run":
-                message = outbox.message(Run, now_ms, node=node, job_id=job_id)
-            else:
-                message = outbox.message(Abort, now_ms, node=node, job_id=job_id)
+            outbox.sequence += 1
             try:
-                frames = seal(message, signer, self.limits)
+                if stamp is not None:
+                    body = stamp.body(outbox.sequence, now_ms, node)
+                else:
+                    body = codec.encode(self._message(fan, outbox.sequence, now_ms, node))
+                frames = seal_body(body, signer, self.limits)
             except PushJobsError:
                 self.counters["unsealable"] += 1
                 continue
