@@ -43,7 +43,7 @@ CONTROL = StandardTopic(
 EVENTS = StandardTopic(
     "events",
     "job:<id> or node:<name>",
-    "one record per state change",
+    "state changes: one record each, a job's node changes of a turn together",
     TopicPolicy(compacted=False, retention_ms=EVENTS_RETENTION_MS),
 )
 SCHEDULES = StandardTopic(
