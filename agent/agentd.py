@@ -297,7 +297,9 @@ class Agent:
         self.writes.running(job_id, execution.pid, start_time(execution.pid) or 0)
         command = self.launcher.commits[job_id].command
         log.info("job %s: started %s (pid %d)", job_id, command, execution.pid)
-        self.outbound.queue(m.Started, {"job_id": job_id, "pid": execution.pid})
+        # No ``started`` reply: the server acts on none (``ack_run`` said the node runs
+        # the job), and at a fleet's scale it was one signed message in four for a
+        # server or edge to verify and drop. Servers still accept it from older agents.
 
     def _end_leftovers(self) -> None:
         """Kill what a dead predecessor left running (``leftovers.py``), and report it."""

@@ -189,3 +189,13 @@ def test_only_the_servers_transport_key_gets_through(channel: Channel) -> None:
         assert channel.agent.command.poll(500) == 0  # bounded: absence is what is asserted
     channel.deliver(commit(session_outbox(channel.server), "job-2"))
     assert replies(channel.agent) == [("ack_commit", "job-2")]
+
+
+def test_a_run_is_acknowledged_and_no_started_reply_follows(channel: Channel) -> None:
+    """The server acts on no ``started`` reply: the agent sends none (one message a job
+    less for every node of a fleet)."""
+    outbox = session_outbox(channel.server)
+    channel.deliver(commit(outbox, "job-1"))
+    channel.deliver(outbox.frames(m.Run, now_ms(), node="node-1", job_id="job-1"))
+    assert channel.agent.runner.job_id == "job-1"
+    assert replies(channel.agent) == [("ack_commit", "job-1"), ("ack_run", "job-1")]
