@@ -27,6 +27,7 @@ log, is checked again at each fire (``jobparams.job_request``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -74,13 +75,21 @@ escape), so about 1,600 ten-character names a record."""
 _ENTRY_BYTES = 96  # an entry's brackets, quotes, commas, states, times and status
 
 
+@dataclass(slots=True)
+class _Group:
+    """A ``node_states`` record being filled, and its entries' counted size."""
+
+    record: dict[str, Any]
+    size: int = 0
+
+
 def job_events(
     changes: Iterable[Change], jobs: Mapping[str, Job], server: str
 ) -> list[tuple[str, bytes]]:
     """(key, value) event records for ``changes``, in order; a job's node changes
     grouped in ``node_states`` records (see the module docstring)."""
     out: list[tuple[str, dict[str, Any]]] = []
-    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}  # job -> (record, [size])
+    groups: dict[str, _Group] = {}  # the job's open record
     for change in changes:
         job = jobs.get(change.job_id)
         if job is None:
@@ -94,14 +103,18 @@ def job_events(
             reason = change.reason or None
             cost = _ENTRY_BYTES + 6 * (len(node) + len(change.reason))
             group = groups.get(job.job_id)
-            if group is None or group[1][0] + cost > NODE_STATES_BYTES:
-                record = event(NODE_STATES, at, server, job_id=job.job_id, command=job.command)
-                del record["node"], record["state"], record["prev_state"]
-                del record["exit_status"], record["duration_ms"]
-                record["nodes"] = []
-                group = groups[job.job_id] = (record, [0])
+            if group is None or group.size + cost > NODE_STATES_BYTES:
+                record: dict[str, Any] = {
+                    "ts": at,
+                    "kind": NODE_STATES,
+                    "job_id": job.job_id,
+                    "command": job.command,
+                    "server": server,
+                    "nodes": [],
+                }
+                group = groups[job.job_id] = _Group(record)
                 out.append((key, record))
-            group[0]["nodes"].append(
+            group.record["nodes"].append(
                 [
                     node,
                     change.state.value,
@@ -112,7 +125,7 @@ def job_events(
                     reason,
                 ]
             )
-            group[1][0] += cost
+            group.size += cost
             continue
         if not isinstance(change, OutputReceived):
             # Node changes that follow a change of the job itself come after it. (A node's
