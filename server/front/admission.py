@@ -115,6 +115,10 @@ class Admission:
         mine.add(public.name)
         return self._queue(key, public, KeyState.PENDING)
 
+    def next_flush(self) -> float | None:
+        """When ``flush`` writes what is queued (monotonic), None with nothing queued."""
+        return self._next_flush if self.queued else None  # an urgent one: this very turn
+
     def flush(self, now: float, *, force: bool = False) -> None:
         """Write what is queued if it is due: at once for an admitted node, else at most
         once per ``FLUSH_EVERY_S``."""

@@ -19,7 +19,7 @@ from server.front.schedmethods import SchedAdmin
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
 from server.shell.schedjobwatch import due_of
-from server.shell.scheduler import Scheduler
+from server.shell.scheduler import FOLLOW_EVERY_MS, FOLLOW_IDLE_MS, Scheduler
 from server.shell.serverconfig import JobSettings
 
 SESSION_S = 3.0
@@ -250,3 +250,41 @@ def test_every_server_splits_schedules_as_the_first_one_did(clock: FakeClock) ->
     run(clock, [a], 0.5)
     run(clock, [a, b], 2)
     assert a.owned | b.owned == set(a.scheduler.partitions.topics)
+
+
+def follow_gaps(server: Server, clock: FakeClock, seconds: float) -> list[int]:
+    """The scheduler's follow intervals (ms) seen while ticking ``seconds`` every 50 ms."""
+    gaps: list[int] = []
+    for _ in range(round(seconds / 0.05)):
+        clock.advance(0.05)
+        server.tick()
+        gaps.append(server.scheduler.follow_every_ms)
+    return gaps
+
+
+def test_alone_and_idle_the_follows_back_off_and_a_write_brings_them_back(clock) -> None:
+    a = Server(MemoryStore(), clock, "a")
+    run(clock, [a], 0.5)
+    assert a.leadership.leader and a.scheduler.partitions.owned()
+    gaps = follow_gaps(a, clock, 5)
+    assert gaps[-1] == FOLLOW_IDLE_MS  # nothing new: once a second
+    added = a.call("schedule.add", command="stamp", nodes=["n1"], cron="0 0 1 1 *")
+    sid = added["schedule"]["schedule_id"]
+    a.tick()  # a write: read in the next tick, armed
+    assert a.scheduler.owner.firing.schedule(sid) is not None
+    follow_gaps(a, clock, 1.1)
+    assert a.scheduler.follow_every_ms == FOLLOW_EVERY_MS  # the next read saw it moved
+    assert a.scheduler.next_deadline_ms() is not None  # its loop wakes for the next read
+
+
+def test_with_another_server_the_follows_keep_their_pace(clock) -> None:
+    store = MemoryStore()
+    a, b = Server(store, clock, "a"), Server(store, clock, "b")
+    run(clock, [a], 0.5)
+    run(clock, [a, b], 2)
+    assert a.scheduler.partitions.owned() != set(a.scheduler.partitions.topics)
+    for _ in range(round(3 / 0.05)):
+        clock.advance(0.05)
+        a.tick()
+        b.tick()
+        assert a.scheduler.follow_every_ms == b.scheduler.follow_every_ms == FOLLOW_EVERY_MS
