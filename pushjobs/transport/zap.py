@@ -122,7 +122,10 @@ class ZapHandler:
                     try:
                         reply = decide(request, self._checks)
                     except Exception:  # a dead handler would hang every handshake
-                        reply = [ZAP_VERSION, b"", b"500", b"internal error", b"", b""]
+                        # The request id echoed: libzmq takes a reply without it for a
+                        # protocol error rather than a refusal.
+                        request_id = request[1] if len(request) > 1 else b""
+                        reply = [ZAP_VERSION, request_id, b"500", b"internal error", b"", b""]
                     zap.send_multipart(reply)
         except zmq.ContextTerminated:
             return
