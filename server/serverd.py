@@ -218,7 +218,6 @@ class Server:
             liveness=self.liveness,
             jobs=self.jobs,
             leadership=self.leadership,
-            server_name=self.name,
             stale_after_s=live.interval_s,
             offline_after_s=live.interval_s * live.offline_threshold,
         )

@@ -42,8 +42,9 @@ CONTROL = StandardTopic(
 )
 EVENTS = StandardTopic(
     "events",
-    "job:<id> or node:<name>",
-    "state changes: one record each, a job's node changes of a turn together",
+    "job:<id> or liveness",
+    "state changes: a job's own one record each; its node changes of a turn together; "
+    "the nodes gone online or offline in a turn together",
     TopicPolicy(compacted=False, retention_ms=EVENTS_RETENTION_MS),
 )
 SCHEDULES = StandardTopic(

@@ -7,12 +7,16 @@ silently: the archiver counts it and keeps it aside with its offset.
 A ``node_states`` record (a job's node changes of one turn, ``server.core.records``)
 becomes one ``node_state`` row per entry, each with the record's offset, as if each
 change had been a record of its own: the archive, the reports and their independent
-check see the same rows either way. One bad entry rejects the whole record (kept aside
-whole): the server wrote it, so it is damage, not one node's news.
+check see the same rows either way. A ``node_liveness`` record (the nodes that went
+online or offline in a turn) becomes one ``node_online`` or ``node_offline`` row per entry
+alike; a node appears once in such a record, so a node's rows keep their order on
+``(ts, offset)``. One bad entry rejects the whole record (kept aside whole): the server
+wrote it, so it is damage, not one node's news.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -51,6 +55,11 @@ NEEDS: Final = {
 MAX_TS_MS: Final = 253402300799999  # 9999-12-31: later is a corrupt clock, not a date
 
 
+NODE_LIVENESS: Final = "node_liveness"
+LIVENESS_FIELDS: Final = ("node", "state", "ts", "reason")
+"""A ``node_liveness`` entry, in order (``server.core.records.LIVENESS_FIELDS``)."""
+LIVENESS_KINDS: Final = {"online": "node_online", "offline": "node_offline"}
+
 NODE_STATES: Final = "node_states"
 ENTRY_FIELDS: Final = ("node", "state", "prev_state", "ts", "exit_status", "duration_ms", "reason")
 """A ``node_states`` entry, in order (``server.core.records.NODE_STATE_FIELDS``)."""
@@ -76,21 +85,45 @@ def rows(offset: int, value: bytes | None) -> list[dict[str, Any]]:
         raise Rejected("not JSON") from None
     if not isinstance(obj, dict):
         raise Rejected("not a JSON object")
-    if obj.get("kind") != NODE_STATES:
-        return [_row(offset, obj)]
+    kind = obj.get("kind")
+    if kind == NODE_STATES:
+        return _entries(offset, obj, ENTRY_FIELDS, _SHARED, lambda entry: "node_state")
+    if kind == NODE_LIVENESS:
+        return _entries(offset, obj, LIVENESS_FIELDS, ("server",), _liveness_kind)
+    return [_row(offset, obj)]
+
+
+def _liveness_kind(entry: dict[str, Any]) -> str:
+    kind = LIVENESS_KINDS.get(entry["state"]) if isinstance(entry["state"], str) else None
+    if kind is None:
+        raise Rejected(f"a node_liveness entry's state is not one of {', '.join(LIVENESS_KINDS)}")
+    return kind
+
+
+def _entries(
+    offset: int,
+    obj: dict[str, Any],
+    fields: tuple[str, ...],
+    shared_fields: tuple[str, ...],
+    kind_of: Callable[[dict[str, Any]], str],
+) -> list[dict[str, Any]]:
+    """The rows of a record of several events (``node_states``, ``node_liveness``): one
+    per entry of its ``nodes``, with the fields all share."""
+    what = obj["kind"]
     entries = obj.get("nodes")
     if not isinstance(entries, list) or not entries:
-        raise Rejected("node_states without nodes")
-    shared = {name: obj.get(name) for name in _SHARED}
+        raise Rejected(f"{what} without nodes")
+    shared = {name: obj.get(name) for name in shared_fields}
     out = []
     for entry in entries:
-        if not isinstance(entry, list) or len(entry) != len(ENTRY_FIELDS):
-            raise Rejected(f"a node_states entry is not a list of {len(ENTRY_FIELDS)}")
-        one = {**shared, **dict(zip(ENTRY_FIELDS, entry, strict=True)), "kind": "node_state"}
+        if not isinstance(entry, list) or len(entry) != len(fields):
+            raise Rejected(f"a {what} entry is not a list of {len(fields)}")
+        one = {**shared, **dict(zip(fields, entry, strict=True))}
         try:
+            one["kind"] = kind_of(one)
             out.append(_row(offset, one))
         except Rejected as exc:
-            raise Rejected(f"a node_states entry: {exc}") from None
+            raise Rejected(f"a {what} entry: {exc}") from None
     return out
 
 

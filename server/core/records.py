@@ -1,10 +1,15 @@
 """What the server writes to the ordered log: event records and job snapshots. Pure.
 
-Event record, one per state change, keyed ``job:<id>`` or
-``node:<name>``: ``ts``, ``kind`` (job_created, job_state, node_state, node_online,
-node_offline, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
+Event record, one per change of a job, keyed ``job:<id>``: ``ts``, ``kind`` (job_created,
+job_state, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
 A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
+
+The nodes that went online or offline in a turn are ``node_liveness`` records, keyed
+``liveness`` (``liveness_events``): ``ts`` of the first, ``server``, and ``nodes``, a list
+of ``[node, state, ts, reason]`` (``LIVENESS_FIELDS``; ``state`` online or offline, the
+reason an offline's). The archive turns each entry into the ``node_online`` or
+``node_offline`` row it stands for.
 
 A job's node changes of one turn are written together, not one record each: a
 ``node_states`` record (``ts`` of its first change, ``job_id``, ``command``, ``server``)
@@ -176,8 +181,42 @@ def job_events(
     return [(key, orjson.dumps(rec)) for key, rec in out]
 
 
-def node_event(kind: str, node: str, ts: int, server: str, **extra: Any) -> tuple[str, bytes]:
-    return f"node:{node}", orjson.dumps(event(kind, ts, server, node=node, state=kind[5:], **extra))
+NODE_LIVENESS = "node_liveness"
+LIVENESS_KEY = "liveness"
+LIVENESS_FIELDS = ("node", "state", "ts", "reason")
+
+
+@dataclass(frozen=True, slots=True)
+class LivenessChange:
+    """A node gone ``online`` or ``offline`` (with why) at ``ts``."""
+
+    node: str
+    state: str
+    ts: int
+    reason: str | None = None
+
+
+def liveness_events(changes: Iterable[LivenessChange], server: str) -> list[tuple[str, bytes]]:
+    """``node_liveness`` records for the nodes that went online or offline in a turn, in
+    order: a fleet coming online is a few records, not one per node. A node appears at
+    most once in a record (its next change opens the next one), so a node's events keep
+    their order on ``(ts, offset)`` wherever the archive reads them; at most
+    ``NODE_STATES_BYTES`` counted a record, as ``node_states``."""
+    out: list[dict[str, Any]] = []
+    members: set[str] = set()
+    size = 0
+    record: dict[str, Any] | None = None
+    for change in changes:
+        cost = _ENTRY_BYTES + 6 * (len(change.node) + len(change.reason or ""))
+        if record is None or change.node in members or size + cost > NODE_STATES_BYTES:
+            record = {"ts": change.ts, "kind": NODE_LIVENESS, "server": server, "nodes": []}
+            out.append(record)
+            members.clear()
+            size = 0
+        record["nodes"].append([change.node, change.state, change.ts, change.reason])
+        members.add(change.node)
+        size += cost
+    return [(LIVENESS_KEY, orjson.dumps(rec)) for rec in out]
 
 
 CHUNK_KEY = "/nodes/"

@@ -78,7 +78,7 @@ class Jobs:
         self.known_before: set[str] = set()
         self.coordinator = self._new_coordinator()
         self.changes: list[Change] = []
-        self.node_records: list[tuple[str, bytes]] = []
+        self.liveness_changes: list[records.LivenessChange] = []
         self.sends: list[Send] = []
         self.stopping = False
 
@@ -162,8 +162,9 @@ class Jobs:
         if self.leadership.leader:
             self.sends += self.coordinator.node_online(node)
 
-    def node_event(self, record: tuple[str, bytes]) -> None:
-        self.node_records.append(record)
+    def node_event(self, node: str, state: str, now_ms: int, reason: str | None = None) -> None:
+        """``node`` went ``online`` or ``offline``: written with the turn's others."""
+        self.liveness_changes.append(records.LivenessChange(node, state, now_ms, reason))
 
     def heartbeat(
         self, node: str, busy_with: str | None, busy_state: str | None, beat_ms: int, now_ms: int
@@ -274,8 +275,8 @@ class Jobs:
 
     def flush(self, now_ms: int) -> None:
         changes, self.changes = self.changes, []
-        node_records, self.node_records = self.node_records, []
-        if changes or node_records:
+        liveness, self.liveness_changes = self.liveness_changes, []
+        if changes or liveness:
             jobs, versions = self.coordinator.jobs, self.coordinator.versions
             snapshots = [
                 record
@@ -284,7 +285,8 @@ class Jobs:
                     jobs[job_id], versions.get(job_id, 0), chunks
                 )
             ]
-            events = records.job_events(changes, jobs, self.server_name) + node_records
+            events = records.job_events(changes, jobs, self.server_name)
+            events += records.liveness_events(liveness, self.server_name)
             try:
                 if snapshots:
                     self.leadership.append(self.topics.assignments, snapshots)

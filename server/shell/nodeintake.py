@@ -33,7 +33,6 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Message, NodeHeartbeat
 from pushjobs.protocol.shedding import stale_heartbeat
-from server.core import records
 from server.core.batch import NODE_RESTARTED
 from server.core.edgeliveness import EdgeLiveness
 from server.core.edgewire import Report
@@ -58,7 +57,6 @@ class NodeIntake:
         liveness: LivenessTracker,
         jobs: Jobs,
         leadership: Leadership,
-        server_name: str,
         stale_after_s: float = 1.0,
         offline_after_s: float = 3.0,
     ) -> None:
@@ -73,7 +71,6 @@ class NodeIntake:
         self.liveness = liveness
         self.jobs = jobs
         self.leadership = leadership
-        self.server_name = server_name
         self.backlog = False
         self.standby_replies: deque[Message] = deque(maxlen=STANDBY_REPLIES)
         self.heartbeat_lag_ms = [0] * LAG_BUCKETS
@@ -188,7 +185,7 @@ class NodeIntake:
     def _online(self, node: str, now_ms: int) -> None:
         self.counters["node_online"] += 1
         self.went_online.append(f"{node} online")
-        self.jobs.node_event(records.node_event("node_online", node, now_ms, self.server_name))
+        self.jobs.node_event(node, "online", now_ms)
         self.jobs.node_online(node)
 
     def offline(self, event: NodeOffline, now_ms: int, reason: str, *, via: str = "") -> None:
@@ -196,9 +193,7 @@ class NodeIntake:
         self.counters["node_offline"] += 1
         said = f", said {via}" if via else ""
         self.went_offline.append(f"{event.node} offline ({reason}{said})")
-        self.jobs.node_event(
-            records.node_event("node_offline", event.node, now_ms, self.server_name, reason=reason)
-        )
+        self.jobs.node_event(event.node, "offline", now_ms, reason)
         self.jobs.node_lost(event.node, now_ms, reason)
 
     def cut_off(self, node: str, now: float, now_ms: int, reason: str) -> None:

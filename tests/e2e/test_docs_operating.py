@@ -97,7 +97,7 @@ def the_ordered_log_shows_the_fleets_log(walk: Walkthrough) -> None:
     argv = shlex.split(walk.apply(following[0]))
     tail = spawn("log-tail", argv, walk.root / "logs" / "tail.log", env=walk.env, cwd=walk.root)
     try:
-        assert "node_online" in tail.read_line(20.0)
+        assert "node_liveness" in tail.read_line(20.0)
     finally:
         stop_all([tail], 5.0)
 

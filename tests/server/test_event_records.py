@@ -1,5 +1,6 @@
-"""A job's node changes of one turn are written as ``node_states`` records, and the archive
-reads them back as the ``node_state`` rows one record per change used to give."""
+"""A job's node changes of one turn are written as ``node_states`` records, the nodes gone
+online or offline in a turn as ``node_liveness`` records, and the archive reads them back
+as the rows one record per change used to give."""
 
 from __future__ import annotations
 
@@ -153,3 +154,71 @@ def test_a_damaged_node_states_record_is_rejected_whole():
         )
     with pytest.raises(Rejected, match="2 events in one record"):
         events.parse(7, orjson.dumps({**head, "nodes": good * 2}))
+
+
+def one_liveness_record(change: records.LivenessChange) -> dict:
+    """The row of the old format, a record per node gone online or offline."""
+    row = {name: None for name, _ in events.COLUMNS if name != "offset"}
+    kind = "node_" + change.state
+    return {
+        **row,
+        "ts": change.ts,
+        "kind": kind,
+        "node": change.node,
+        "state": change.state,
+        "server": "s1",
+    }
+
+
+def test_a_turns_liveness_changes_are_one_record_read_back_as_the_old_rows():
+    changes = [records.LivenessChange(f"n{i}", "online", T0 + i) for i in range(1000)]
+    changes.append(records.LivenessChange("m", "offline", T0 + 5, "no heartbeat for 3.0 s"))
+    written = records.liveness_events(changes, "s1")
+    assert len(written) == 1 and written[0][0] == records.LIVENESS_KEY
+    rows = [{k: v for k, v in r.items() if k != "offset"} for r in archived(written)]
+    assert rows == [one_liveness_record(c) for c in changes]
+
+
+def test_a_node_twice_in_a_turn_opens_a_record_so_its_order_holds_on_ts_and_offset():
+    flap = [
+        records.LivenessChange("a", "online", T0),
+        records.LivenessChange("b", "online", T0),
+        records.LivenessChange("a", "offline", T0, "restarted"),
+        records.LivenessChange("a", "online", T0),
+    ]
+    written = records.liveness_events(flap, "s1")
+    assert [[e[0] for e in orjson.loads(v)["nodes"]] for _, v in written] == [
+        ["a", "b"],
+        ["a"],
+        ["a"],
+    ]
+    rows = archived(written)  # offsets 0, 1, 2: each of a's rows its own
+    ordered = sorted((r for r in rows if r["node"] == "a"), key=lambda r: (r["ts"], r["offset"]))
+    assert [r["kind"] for r in ordered] == ["node_online", "node_offline", "node_online"]
+
+
+def test_a_fleet_with_long_names_comes_online_in_records_under_the_limit():
+    names = [f"{i:06d}-" + "y" * 120 for i in range(20_000)]
+    changes = [records.LivenessChange(n, "offline", T0, "\x02" * 20) for n in names]
+    written = records.liveness_events(changes, "s1")
+    assert 1 < len(written) < 200
+    assert max(len(v) for _, v in written) <= records.NODE_STATES_BYTES
+    assert [r["node"] for r in archived(written)] == names
+
+
+def test_a_damaged_node_liveness_record_is_rejected_whole():
+    head = {"ts": T0, "kind": "node_liveness", "server": "s"}
+    good = [["a", "online", T0, None]]
+    assert [r["kind"] for r in events.rows(3, orjson.dumps({**head, "nodes": good}))] == [
+        "node_online"
+    ]
+    with pytest.raises(Rejected, match="node_liveness without nodes"):
+        events.rows(3, orjson.dumps(head))
+    with pytest.raises(Rejected, match="state is not one of online, offline"):
+        events.rows(3, orjson.dumps({**head, "nodes": [*good, ["b", "gone", T0, None]]}))
+    with pytest.raises(Rejected, match="state is not one of"):
+        events.rows(3, orjson.dumps({**head, "nodes": [["b", 7, T0, None]]}))
+    with pytest.raises(Rejected, match="entry: node_online without node"):
+        events.rows(3, orjson.dumps({**head, "nodes": [["", "online", T0, None]]}))
+    with pytest.raises(Rejected, match="not a list of 4"):
+        events.rows(3, orjson.dumps({**head, "nodes": [["a", "online", T0]]}))

@@ -31,8 +31,8 @@ class RecordedJobs:
     def node_online(self, node: str) -> None:
         self.calls.append(("online", node))
 
-    def node_event(self, record: tuple[str, bytes]) -> None:
-        self.calls.append(("event", record[0]))
+    def node_event(self, node: str, state: str, now_ms: int, reason: str | None = None) -> None:
+        self.calls.append(("event", node, state))
 
     def heartbeat(self, node: str, job_id: Any, job_state: Any, beat_ms: int, now_ms: int) -> None:
         self.calls.append(("heartbeat", node))
@@ -54,7 +54,6 @@ def setup(*, leader: bool = True) -> tuple[NodeIntake, RecordedJobs, SessionKeys
         liveness=liveness,
         jobs=jobs,  # type: ignore[arg-type]
         leadership=lead,  # type: ignore[arg-type]
-        server_name="server",
     )
     return intake, jobs, sessions
 
@@ -75,7 +74,7 @@ def test_heartbeats_bring_a_node_online_at_the_threshold_and_feed_resends() -> N
     assert not intake.nodes.is_online("n1")
     intake.receive([beat(n1, T0 + 1000)], 1.0, T0 + 1000)
     assert intake.nodes.is_online("n1")
-    assert ("online", "n1") in jobs.calls and ("event", "node:n1") in jobs.calls
+    assert ("online", "n1") in jobs.calls and ("event", "n1", "online") in jobs.calls
     assert jobs.calls.count(("heartbeat", "n1")) == 2
     assert intake.counters["node_online"] == 1
     assert intake.heartbeat_lag_ms[3] == 1 and intake.heartbeat_lag_ms[0] == 1
