@@ -30,6 +30,7 @@ every node a full offline window from the moment it serves.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import sys
 from collections import Counter
@@ -40,6 +41,7 @@ import zmq
 
 from keys.fingerprint import key_id
 from pushjobs.clock import Clock, SystemClock
+from pushjobs.errors import ConfigError
 from pushjobs.log.factory import open_log
 from pushjobs.log.retry import Outage
 from pushjobs.log.timed import TimedLog
@@ -50,7 +52,7 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import ServerHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
-from pushjobs.transport.sockets import CurveKeys, Transport, drain, drain_from
+from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain, drain_from
 from server.core import edgewire
 from server.core.edgeliveness import EdgeLiveness
 from server.core.nodetable import NodeTable
@@ -70,7 +72,7 @@ from server.shell.handshakes import Handshakes
 from server.shell.keyregistry import open_registries
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
-from server.shell.membership import Membership, advertised_api
+from server.shell.membership import EDGE_FIELDS, Membership, advertised_api
 from server.shell.nodeintake import BATCH, NodeIntake
 from server.shell.prometheus import PUBLISH_EVERY_S, MetricsEndpoint
 from server.shell.scheduler import Scheduler
@@ -145,18 +147,28 @@ class Server:
         self.membership = Membership(self.leadership, self.name, self.incarnation, ends, self.clock)
 
         # The components, each owning one concern; the order is who needs whom.
-        tracker = EdgeLiveness if section.edges else LivenessTracker
+        with_edges = bool(section.edges or section.edge_bind)
+        tracker = EdgeLiveness if with_edges else LivenessTracker
         self.liveness = tracker(live.interval_s, live.offline_threshold, live.online_threshold)
         self.edges: EdgePool | None = None
-        if section.edges:
+        if with_edges:
+            spec = _edge_spec(config, self.reply_endpoint)
             self.edges = EdgePool(
                 self.transport,
                 CurveKeys(identity.public.curve_public, identity.curve_secret),
                 count=section.edges,
-                spec=_edge_spec(config, self.reply_endpoint),
+                spec=spec,
                 interval_s=live.interval_s,
                 now=self.clock.monotonic(),
+                bind=_edge_bind(config),
             )
+            if section.edge_bind:
+                # Named on the control topic while this server leads (``pushjobs-edge``).
+                endpoint = advertised_api(bound_endpoint(self.edges.router), section.advertise_host)
+                self.membership.edge = {
+                    "endpoint": endpoint,
+                    **{k: spec[k] for k in EDGE_FIELDS if k != "endpoint"},
+                }
         self.nodes = NodeTable(self.liveness)
         self.sessions = sessions = SessionKeys(
             grace_s=2 * live.interval_s + 5.0, hold_secrets=not self.edges
@@ -493,6 +505,22 @@ class Server:
             self.handshakes.close()  # its monitor socket first: the context waits for it
             self.transport.close()
             self.log.close()
+
+
+LOOPBACK = re.compile(r"tcp://(127\.[0-9.]+|localhost|\[::1\]):")
+
+
+def _edge_bind(config: ServerConfig) -> str:
+    """``[server] edge_bind``, refused off loopback on SQLite: an edge reads the log, and
+    a SQLite log is a file on this host."""
+    bind = config.server.edge_bind
+    if bind and config.log.backend == "sqlite" and not LOOPBACK.match(bind):
+        raise ConfigError(
+            f"{bind} is not a loopback address: on SQLite edges run on this host (they read "
+            "the log file); edges on other hosts need the Kafka backend",
+            key="server.edge_bind",
+        )
+    return bind
 
 
 def _edge_spec(config: ServerConfig, reply_endpoint: str) -> dict[str, Any]:

@@ -69,8 +69,9 @@ ALLOWED = {
 }
 # The only parts of pushjobs/ that may import keys/ (the toolkit above it).
 KEY_USERS = {"pushjobs.api", "pushjobs.cli", "pushjobs.testbed"}
-# What the toolkit may start with ``python -m``: the daemons' entry points and its own.
-ENTRY_POINTS = {"server", "agent", "agent.simulator", "pushjobs.cli.app"}
+# What the toolkit may start with ``python -m``: the daemons' entry points (setup.cfg's
+# console scripts: server.edge.standalone is pushjobs-edge) and its own.
+ENTRY_POINTS = {"server", "agent", "agent.simulator", "pushjobs.cli.app", "server.edge.standalone"}
 
 
 def _module_of(root: Path, path: Path) -> str:

@@ -143,10 +143,16 @@ def _times(n: int) -> str:
 def _edge_line(edge: Mapping[str, Any]) -> str:
     """One edge: whether it serves, its nodes, its heartbeat lag, and what it is behind
     on or dropped (an edge that cannot keep up says so here)."""
-    state = "serving" if edge.get("live") else "NOT SERVING (restarting)"
+    own = edge.get("remote")  # a pushjobs-edge: it joined, and is not restarted here
+    if edge.get("live"):
+        state = "serving (an edge of its own)" if own else "serving"
+    else:
+        state = "NOT SERVING (lost: its nodes moved)" if own else "NOT SERVING (restarting)"
+    # A lost edge's last figures are history: its nodes are elsewhere now.
+    online, nodes = (edge.get("online", 0), edge.get("nodes", 0)) if edge.get("live") else (0, 0)
     text = (
-        f"{edge['edge']} {state}, pid {edge.get('pid')}, {edge.get('online', 0):,} of "
-        f"{edge.get('nodes', 0):,} nodes online, lag p99 {_ms(edge.get('lag_p99_ms'))}"
+        f"{edge['edge']} {state}, pid {edge.get('pid')}, {online:,} of "
+        f"{nodes:,} nodes online, lag p99 {_ms(edge.get('lag_p99_ms'))}"
     )
     if edge.get("backlog"):
         text += ", BEHIND (heartbeats waiting to be read; nobody is judged meanwhile)"

@@ -27,7 +27,7 @@ import typer
 from pushjobs.cli.render import handle_errors
 from pushjobs.errors import ConfigError
 
-UNITS = ("pushjobs-server.service", "pushjobs-agent.service")
+UNITS = ("pushjobs-server.service", "pushjobs-agent.service", "pushjobs-edge.service")
 UNIT_DIR = Path("etc/systemd/system")
 
 app = typer.Typer(
@@ -119,7 +119,7 @@ def install(
         Path | None,
         typer.Option(
             "--bindir",
-            help="Directory of pushjobs-server and pushjobs-agent (default: this install's).",
+            help="Directory of pushjobs-server, -agent and -edge (default: this install's).",
             show_default=False,
         ),
     ] = None,
@@ -127,9 +127,11 @@ def install(
         bool, typer.Option("--dry-run", help="Print the units and where they would go.")
     ] = False,
 ) -> None:
-    """Write pushjobs-server.service and pushjobs-agent.service to PREFIX/etc/systemd/system.
+    """Write pushjobs-server.service, pushjobs-agent.service and pushjobs-edge.service to
+    PREFIX/etc/systemd/system.
 
-    Then: systemctl daemon-reload && systemctl enable --now pushjobs-agent (or -server).
+    Then: systemctl daemon-reload && systemctl enable --now pushjobs-agent (or -server, or
+    -edge for an edge of its own).
     Example: pushjobs systemd install --dry-run
     """
     programs = (bindir or default_bindir()).resolve()

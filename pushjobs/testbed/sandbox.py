@@ -310,6 +310,23 @@ class Sandbox:
         await_ready(proc, "pushjobs-simulate", timeout_s)
         return proc
 
+    def start_edge(self, name: str, *, timeout_s: float = 30.0, **edge: object) -> Proc:
+        """A ``pushjobs-edge`` named ``name`` (``edge``: more of its ``[edge]`` table), with
+        this sandbox's server identity and log; ready once it joined a leader that takes
+        edges (``[server] edge_bind``)."""
+        tables = self._server_tables()
+        server = tables["server"]
+        config = {
+            "edge": {"name": name, **edge},
+            "server": {k: server[k] for k in ("name", "key_file", "leader_session_s")},
+            "log": tables["log"],
+        }
+        path = self.root / "edges" / f"{name}.toml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(toml_text(config))
+        argv = [sys.executable, "-m", "server.edge.standalone", "--config", str(path)]
+        return self._start(name, argv, f"pushjobs-edge {name} ready", timeout_s)
+
     def _agent_argv(self, name: str) -> list[str]:
         config = str(self.root / "agents" / f"{name}.toml")
         return [sys.executable, "-m", "agent", "--config", config]

@@ -69,6 +69,7 @@ FANOUT_PER_TURN = 2_000  # commands sealed and sent per turn: ~50 ms
 GATHER_BELOW = 256  # messages in a turn's read: fewer, and the next read waits to gather
 GATHER_S = 0.005
 QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
+LEADER_GONE_AFTER = 3.0  # intervals of it: an edge of its own looks for the leader again
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,12 @@ class EdgeSpec:
     max_header_bytes: int
     max_body_bytes: int
     parent_pid: int
+    """The leader that started it; 0 for an edge of its own (``pushjobs-edge``)."""
     index: int = 0
     port_base: int = 0  # heartbeat on port_base + 2 * index, reply on the next; 0: any
+    remote: bool = False
+    """Started by ``pushjobs-edge``, not by its leader: it says so in its hello, and stops
+    (to look for the leader again) when the leader falls silent."""
 
     def port(self, which: int) -> int:
         """The port of its heartbeat (0) or reply (1) socket; 0 for any free one."""
@@ -179,6 +184,7 @@ class Edge:
         self.next_load = now
         self.next_keys = now + 1.0
         self.stopping = False
+        self.leader_gone = False  # stopped because the leader fell silent
         self.started = now
 
     # --- the loop ---------------------------------------------------------------------------
@@ -254,9 +260,16 @@ class Edge:
             self.sessions.expire(now)
             self._ping_stale(now, now_ms)
             self.next_keys = now + 1.0
-            if os.getppid() != self.spec.parent_pid:
+            if self.spec.parent_pid and os.getppid() != self.spec.parent_pid:
                 log.warning("edge %s: its leader process is gone; stopping", self.spec.name)
                 self.stopping = True
+            if self.spec.remote and now - self.last_beat > LEADER_GONE_AFTER * self.spec.interval_s:
+                log.warning(
+                    "edge %s: no heartbeat from the leader for %.1f s; looking for the leader",
+                    self.spec.name,
+                    now - self.last_beat,
+                )
+                self.leader_gone = self.stopping = True
 
     def report(self, now: float) -> None:
         report = self.intake.take_report()
@@ -438,6 +451,7 @@ class Edge:
             "incarnation": self.incarnation,
             "endpoints": self.endpoints,
             "pid": os.getpid(),
+            "remote": self.spec.remote,
         }
 
     def _load(self, now: float) -> dict[str, Any]:

@@ -9,6 +9,12 @@ admitting that key only: an edge proves it holds the server's identity. An edge 
 while they move (``server.core.edgeliveness``) and a dead process is started again after
 a pause that doubles while it keeps dying.
 
+Edges of their own (``pushjobs-edge``, ``server.edge.standalone``) join when
+``[server] edge_bind`` is set: the channel binds there, the leader names it on the control
+topic, and a hello that says ``remote`` under a new name adds that edge to the pool. It is
+placed on like the others, lost like them when silent, and never started again here (its
+operator, or its unit, does that); its name may not be one of this server's own edges.
+
 Assignment: a node is placed at discovery on the live edge that rendezvous hashing
 (``server.core.rendezvous``) picks from its name, and that edge gets its session key
 before the node gets its config. Reports about a node from any other edge are ignored:
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections import deque
@@ -46,6 +53,8 @@ RESTART_MAX_S = 30.0
 CHANNEL_HWM = 100_000
 CHANNEL_MAX_BYTES = 64 * 1024 * 1024  # a report carries a turn's replies
 BATCH = 4096
+MAX_EDGES = 1024  # edges of their own known at once (each a row in status)
+EDGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 Release = Callable[[int], None]  # sends a held config reply; given the wall ms
@@ -70,6 +79,7 @@ class EdgeState:
     keys_sent: int = 0  # batches of keys sent, and acknowledged
     keys_applied: int = 0
     held: deque[tuple[int, Release]] = field(default_factory=deque)  # (batch, reply)
+    remote: bool = False  # a ``pushjobs-edge`` that joined: not started, not restarted here
 
 
 class EdgePool:
@@ -82,12 +92,16 @@ class EdgePool:
         spec: dict[str, Any],
         interval_s: float,
         now: float,
+        bind: str = "",
     ) -> None:
+        """``bind``: where edges of their own join (``[server] edge_bind``); "": only the
+        ``count`` edges started here, on loopback."""
         self.curve = curve
         self.interval_s = interval_s
+        self.takes_remote = bool(bind)
         self.router = transport.socket(
             "router",
-            bind="tcp://127.0.0.1:0",
+            bind=bind or "tcp://127.0.0.1:0",
             hwm=CHANNEL_HWM,
             curve_server=curve,
             allowed_clients=lambda key: key == curve.public,
@@ -184,7 +198,8 @@ class EdgePool:
             state.heard += by_s
 
     def ready(self) -> bool:
-        return all(state.live for state in self.edges.values())
+        """Every edge started here serves (edges of their own come and go)."""
+        return all(state.live for state in self.edges.values() if not state.remote)
 
     def close(self) -> None:
         procs = [
@@ -234,9 +249,17 @@ class EdgePool:
             endpoints = {k: str(payload["endpoints"][k]) for k in ("heartbeat", "reply")}
         except (KeyError, TypeError) as exc:
             raise MalformedMessage(f"edge hello: {exc!r}") from exc
+        remote = payload.get("remote") is True
         state = self.edges.get(name)
+        if remote and state is not None and not state.remote:
+            raise MalformedMessage(f"an edge of its own took a name of this server's: {name!r}")
+        if state is None and remote and self.takes_remote:
+            if not EDGE_NAME.fullmatch(name) or len(self.edges) >= MAX_EDGES:
+                raise MalformedMessage(f"edge hello: a bad name or too many edges: {name[:64]!r}")
+            state = self.edges[name] = EdgeState(name, remote=True)
+            log.info("edge %s joined (pid %s, an edge of its own)", name, payload.get("pid"))
         if state is None:
-            raise MalformedMessage(f"hello from an edge this server did not start: {name!r}")
+            raise MalformedMessage(f"hello from an edge this server did not start: {name[:64]!r}")
         if state.route is not None:
             self.by_route.pop(state.route, None)
         state.route, state.endpoints, state.heard = route, endpoints, now
@@ -317,7 +340,8 @@ class EdgePool:
                 {
                     "edge": state.name,
                     "live": state.live,
-                    "pid": state.proc.pid if state.proc is not None else None,
+                    "pid": state.proc.pid if state.proc is not None else load.get("pid"),
+                    "remote": state.remote,
                     "starts": state.starts,
                     "losses": state.losses,
                     "nodes": load.get("nodes", 0),

@@ -76,6 +76,9 @@ class Member:
     # The schedule partitions (topics) it owned when it wrote this; empty in a record of
     # a version before ``server list`` showed them.
     partitions: tuple[str, ...] = ()
+    # Where edges of their own (``pushjobs-edge``) join this leader, and what they must
+    # know of it (``EDGE_FIELDS``); None when it takes none (no ``[server] edge_bind``).
+    edge: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -98,6 +101,35 @@ def record_key(name: str, incarnation: str) -> str:
 
 
 _TEXT = ("name", "incarnation", "role", "api", "heartbeat", "reply")
+EDGE_FIELDS = {
+    "endpoint": str,
+    "interval_s": float,
+    "offline_threshold": int,
+    "online_threshold": int,
+    "max_skew_s": float,
+    "max_header_bytes": int,
+    "max_body_bytes": int,
+}
+"""A leader's ``edge``: its edge channel, and the settings its edges share with it."""
+
+
+def _edge(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("edge is not an object")
+    out: dict[str, Any] = {}
+    for name, kind in EDGE_FIELDS.items():
+        value = raw.get(name)
+        ok = (
+            type(value) is str
+            if kind is str
+            else type(value) is int or (kind is float and type(value) is float)
+        )
+        if not ok:
+            raise ValueError(f"edge.{name} is missing or not a {kind.__name__}")
+        out[name] = value
+    return out
 
 
 def decode(value: bytes) -> Member:
@@ -116,7 +148,13 @@ def decode(value: bytes) -> Member:
     partitions = raw.get("partitions", [])
     if not isinstance(partitions, list) or any(type(t) is not str for t in partitions):
         raise ValueError("partitions is not a list of topics")
-    return Member(**{k: raw[k] for k in _TEXT}, epoch=epoch, ts=ts, partitions=tuple(partitions))
+    return Member(
+        **{k: raw[k] for k in _TEXT},
+        epoch=epoch,
+        ts=ts,
+        partitions=tuple(partitions),
+        edge=_edge(raw.get("edge")),
+    )
 
 
 class Roster:
@@ -214,6 +252,7 @@ class Membership:
         self.name = name
         self.incarnation = incarnation
         self.endpoints = endpoints  # api, heartbeat, reply: as advertised
+        self.edge: dict[str, Any] | None = None  # named while it leads (``Member.edge``)
         self.clock = clock
         self.roster = Roster(round(STALE_SESSIONS * leadership.session_s * 1000))
         self.offset = 0
@@ -246,6 +285,7 @@ class Membership:
             reply=self.endpoints["reply"],
             ts=now_ms,
             partitions=tuple(sorted(self.partitions())),
+            edge=self.edge if leader else None,
         )
 
     def beat(self) -> None:

@@ -14,6 +14,7 @@
     schedule_partitions = 8                 # fixed in the log by the first server
     edges = 0                               # edge processes for the nodes' traffic
     edge_port_base = 0                      # edge i: this + 2i (heartbeat), + 2i + 1 (reply)
+    edge_bind = ""                          # where pushjobs-edge processes join ("": none)
     [jobs]      vote_timeout_s, run_timeout_s
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
@@ -105,11 +106,19 @@ class ServerSection:
     """Edge i binds its heartbeat socket on this port + 2i and its reply socket on the next
     (ports to open to the nodes, as for ``reply_bind``); 0: any free ports."""
 
+    edge_bind: str = ""
+    """Where edges of their own (``pushjobs-edge``, on this host or others) join this
+    server while it leads, e.g. ``tcp://0.0.0.0:7710`` (CurveZMQ; only the server's own
+    key is admitted); named to them on the log's control topic. "": only the edges this
+    server starts. On SQLite a loopback address only: the log is a file on this host."""
+
     def check(self) -> Iterable[tuple[str, str]]:
         if self.edges < 0:
             yield "edges", "must not be negative (0: no edges)"
         if self.edge_port_base and not 1024 <= self.edge_port_base <= 65535 - 2 * self.edges:
             yield "edge_port_base", f"must leave room for {2 * self.edges} ports below 65536"
+        if self.edge_bind and "://" not in self.edge_bind:
+            yield "edge_bind", f"expected an endpoint like tcp://0.0.0.0:7710: {self.edge_bind!r}"
         for name in ("api_bind", "heartbeat_bind", "reply_bind"):
             value = getattr(self, name)
             if "://" not in value:

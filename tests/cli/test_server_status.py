@@ -73,3 +73,13 @@ def test_latencies_read_alike_whatever_their_size() -> None:
     from pushjobs.cli.server_commands import _ms
 
     assert [_ms(v) for v in (0.7, 3.062, 42.4, None)] == ["0.7 ms", "3.1 ms", "42 ms", "-"]
+
+
+def test_an_edge_of_its_own_says_so_and_once_lost_counts_no_nodes() -> None:
+    edge = {"edge": "far-1", "remote": True, "pid": 77, "online": 3, "nodes": 3, "lag_p99_ms": 1}
+    serving = render({**INFO, "edges": [{**edge, "live": True}]})
+    assert "far-1 serving (an edge of its own), pid 77, 3 of 3 nodes online" in serving
+    lost = render({**INFO, "edges": [{**edge, "live": False, "losses": 1}]})
+    assert "far-1 NOT SERVING (lost: its nodes moved), pid 77, 0 of 0 nodes online" in lost
+    started_here = render({**INFO, "edges": [{**edge, "remote": False, "live": False}]})
+    assert "far-1 NOT SERVING (restarting)" in started_here

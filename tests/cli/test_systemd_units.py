@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-UNITS = ("pushjobs-server.service", "pushjobs-agent.service")
+UNITS = ("pushjobs-server.service", "pushjobs-agent.service", "pushjobs-edge.service")
 
 
 def pushjobs(*args: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +45,8 @@ def test_install_writes_both_units_naming_this_installs_programs(tmp_path: Path)
     # The jobs run inside the agent's unit: nothing that would fence them in.
     for key in ("ProtectSystem", "NoNewPrivileges", "PrivateTmp", "ProtectHome"):
         assert not _setting(agent, key), key
-    assert _setting(units["pushjobs-server.service"], "ProtectSystem") == ["strict"]
+    for fenced in ("pushjobs-server.service", "pushjobs-edge.service"):
+        assert _setting(units[fenced], "ProtectSystem") == ["strict"]
 
 
 def test_dry_run_prints_the_units_and_writes_nothing(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ FLEET = "## Running a real fleet"
 DAEMONS = {
     "pushjobs-server": "pushjobs-server",
     "pushjobs-agent": "pushjobs-agent",
+    "pushjobs-edge": "pushjobs-edge",
     "pushjobs simulate run": "pushjobs-simulate",
 }
 BLOCK = re.compile(r"^```(toml|dotenv|sh)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -53,7 +54,7 @@ EXPORT = re.compile(r"^export ([A-Z_]+)=(.*)$")
 FILE_LINE = re.compile(r"^# ([~/]\S*\.(?:toml|env)):?(\s|$)")
 KEY_LINE = re.compile(r"^([A-Za-z0-9_.\"-]+)\s*=")
 # The docs' ports: server A, server B (``server-b.toml``), the node, the metrics.
-PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7800", "9464", "9465")
+PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7730", "7800", "9464", "9465")
 
 Wait = Callable[["Walkthrough"], bool]
 

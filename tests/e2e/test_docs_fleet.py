@@ -25,9 +25,11 @@ from tests.e2e.doc_recipes import (
     commands,
     files,
 )
+from tests.support import wait_until
 
 SIMULATED = "## A simulated fleet"
 EDGES = "## A large fleet: edges"
+OWN_EDGE = "### An edge of its own: `pushjobs-edge`"
 
 
 def test_the_fleet_page_runs_as_written(walk: Walkthrough) -> None:
@@ -48,14 +50,17 @@ def test_the_fleet_page_runs_as_written(walk: Walkthrough) -> None:
 
 
 def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrough) -> None:
-    # The section's server.toml lines go in before the server starts, as it says.
+    # The sections' server.toml lines go in before the server starts, as they say.
     extra = blocks(FLEET_PAGE, EDGES)
     assert [kind for kind, _ in extra] == ["toml", "sh"]
+    own = blocks(FLEET_PAGE, OWN_EDGE)
+    assert [kind for kind, _ in own] == ["toml", "toml", "sh"]
+    assert "server.toml" in own[0][1] and "edge.toml" in own[1][1]
     found = blocks(FLEET_PAGE, FLEET)
     first_server_toml = next(
         i for i, (kind, body) in enumerate(found) if kind == "toml" and "server.toml" in body
     )
-    found.insert(first_server_toml + 1, extra[0])
+    found[first_server_toml + 1 : first_server_toml + 1] = [extra[0], own[0]]
     for kind, body in found:
         walk.block(kind, body)
     assert "complete: 1 succeeded" in next(
@@ -65,8 +70,26 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     status = walk.output("pushjobs server status")
     edges = [line for line in status.splitlines() if line.startswith("edge ")]
     assert len(edges) == 2 and all(" serving, pid " in line for line in edges), status
-    # The simulated fleet on the same server: its nodes spread over both edges.
+    # An edge of its own joins the leader it finds on the control topic.
+    walk.block(*own[1])
+    walk.block(*own[2])
+    edge = walk.daemon("pushjobs-edge")
+    assert edge.ready_line.startswith("pushjobs-edge edge-b ready"), edge.ready_line
+    assert "edges" in json.loads(walk.output("pushjobs server status --json"))
+    # Its hello may reach the leader just after that status: looked for until it has.
+    wait_until(lambda: "edge-b" in edge_rows(walk), 10, 0.1)
+    row = edge_rows(walk)["edge-b"]
+    assert row["live"] and row["remote"] and row["pid"] == edge.pid, row
+    # The simulated fleet on the same server: its nodes spread over the three edges.
     a_simulated_fleet_runs_a_job(walk)
+    # Its share of them: nodes placed on it (its load, reported every interval).
+    wait_until(lambda: edge_rows(walk)["edge-b"]["nodes"] > 0, 10, 0.2)
+
+
+def edge_rows(walk: Walkthrough) -> dict[str, dict[str, object]]:
+    status = walk.json("pushjobs server status")
+    assert isinstance(status, dict), status
+    return {str(row["edge"]): row for row in status["edges"]}
 
 
 def a_simulated_fleet_runs_a_job(walk: Walkthrough) -> None:

@@ -3,6 +3,9 @@ and reading it through their leaderships (fake clock, memory log)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import orjson
 import pytest
 
 from pushjobs.api import methods
@@ -336,3 +339,41 @@ def test_a_record_of_a_version_before_partitions_reads_as_none() -> None:
     assert decode(value).partitions == ()
     with pytest.raises(ValueError):
         decode(value[:-1] + b',"partitions":[1]}')
+
+
+# --- where edges of their own join -------------------------------------------------------------
+
+EDGE = {
+    "endpoint": "tcp://h:7710",
+    "interval_s": 1.0,
+    "offline_threshold": 3,
+    "online_threshold": 2,
+    "max_skew_s": 30.0,
+    "max_header_bytes": 4096,
+    "max_body_bytes": 65536,
+}
+
+
+def test_a_leaders_edge_channel_is_read_back_and_a_bad_one_refused() -> None:
+    m = dataclasses.replace(member("a", LEADER, epoch=2), edge=EDGE)
+    assert decode(m.encode()) == m
+    for bad in ("tcp://h:1", {**EDGE, "endpoint": 7}, {**EDGE, "offline_threshold": 3.5}):
+        raw = orjson.loads(m.encode())
+        raw["edge"] = bad
+        with pytest.raises(ValueError, match="edge"):
+            decode(orjson.dumps(raw))
+    missing = {k: v for k, v in EDGE.items() if k != "max_skew_s"}
+    with pytest.raises(ValueError, match=r"edge\.max_skew_s"):
+        decode(orjson.dumps({**orjson.loads(m.encode()), "edge": missing}))
+
+
+def test_only_the_leader_names_its_edge_channel() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    for server in (a, b):
+        server.membership.edge = EDGE
+        server.renew(clock)
+    assert a.membership.me(NOW).edge == EDGE
+    assert b.membership.me(NOW).edge is None
+    leader = b.membership.roster.leader(clock.wall_ms())
+    assert leader is not None and leader.edge == EDGE

@@ -1,0 +1,218 @@
+"""``pushjobs-edge``: an edge of its own, on any host, that finds its leader in the log.
+
+Theory of operation. The leader of an installation whose ``[server] edge_bind`` is set
+names, in its record on the log's ``control`` topic (``server.shell.membership``), where
+its edge channel listens and the settings its edges share with it (``Member.edge``). This
+program reads that topic until a fresh leader's record names one, then runs an edge
+(``server.edge.edged.Edge``, the one a leader starts for itself) connected to it, under
+the server's identity from ``[server] key_file``: the channel admits the server's key
+only, so an edge proves it holds it. The leader places nodes on it as on its own edges
+(rendezvous hashing over the live ones) and reports it in ``server status``.
+
+When the leader falls silent (killed, deposed, cut off) the edge stops, its nodes
+rediscover, and this program reads the control topic again for the next leader: an edge
+serves one leader at a time, and only while it hears it. The edge holds nothing durable.
+
+On SQLite the log is a file on the leader's host, so the edge runs there too: the file
+must exist (an edge never creates a log), and the leader binds its edge channel on
+loopback only. Edges on other hosts need Kafka.
+
+Exit codes: 0 stopped (SIGTERM, SIGINT), 1 failed, 2 bad arguments, 9 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from pushjobs import __version__, collector, logsetup, paths
+from pushjobs.cli.exitcodes import Exit
+from pushjobs.config import load_config
+from pushjobs.errors import ConfigError, LogError, PushJobsError
+from pushjobs.log import topics
+from pushjobs.log.base import OrderedLog
+from pushjobs.log.factory import open_log
+from server.edge.edgeconfig import CONFIG_FILE, EdgeConfig
+from server.edge.edged import Edge, EdgeSpec
+from server.shell.membership import STALE_SESSIONS, Member, Roster
+
+log = logging.getLogger("pushjobs.edge")
+PROGRAM = "pushjobs-edge"
+LOOK_EVERY_S = 0.5  # how often the control topic is read while no leader takes edges
+SAY_WAITING_EVERY_S = 30.0
+READ_BATCH = 1000
+
+
+class LeaderFinder:
+    """The control topic, read on: the leader that takes edges, as its records tell."""
+
+    def __init__(self, log_: OrderedLog, topic: str, stale_ms: int) -> None:
+        self.log = log_
+        self.topic = topic
+        self.roster = Roster(stale_ms)
+        self.offset = 0
+
+    def leader(self, now_ms: int) -> Member | None:
+        while True:
+            batch = self.log.read(self.topic, self.offset, READ_BATCH)
+            for record in batch:
+                self.roster.apply(record.key, record.value)
+                self.offset = record.offset + 1
+            if len(batch) < READ_BATCH:
+                break
+        found = self.roster.leader(now_ms)
+        return found if found is not None and found.edge is not None else None
+
+
+def spec_for(config: EdgeConfig, leader: Member) -> EdgeSpec:
+    """The edge's spec: its own part from its config, the shared part from ``leader``."""
+    assert leader.edge is not None
+    section = config.edge
+    shared = leader.edge
+    return EdgeSpec(
+        name=section.name,
+        server_name=config.server.name,
+        key_file=str(config.server.key_path()),
+        leader_endpoint=shared["endpoint"],
+        bind_host=section.bind_host,
+        advertise_host=section.advertise_host or section.bind_host,
+        interval_s=float(shared["interval_s"]),
+        offline_threshold=int(shared["offline_threshold"]),
+        online_threshold=int(shared["online_threshold"]),
+        max_skew_s=float(shared["max_skew_s"]),
+        max_header_bytes=int(shared["max_header_bytes"]),
+        max_body_bytes=int(shared["max_body_bytes"]),
+        parent_pid=0,
+        index=0,
+        port_base=section.port_base,
+        remote=True,
+    )
+
+
+def open_edge_log(config: EdgeConfig) -> OrderedLog:
+    """The installation's log, never created here: on SQLite, the leader's own file."""
+    settings = dataclasses.replace(config.log, create=False)
+    try:
+        return open_log(settings)
+    except LogError as exc:
+        if settings.backend == "sqlite":
+            raise ConfigError(
+                f"{exc}: on SQLite an edge runs on its leader's host and reads the "
+                "leader's log file ([log] path); edges on other hosts need Kafka",
+                key="log.path",
+            ) from None
+        raise
+
+
+def serve(config: EdgeConfig, stopping: threading.Event, running: list[Edge]) -> None:
+    """Edges for one leader after another, until ``stopping``; the one serving is in
+    ``running`` (for the signal handler)."""
+    ordered = open_edge_log(config)
+    try:
+        stale_ms = round(STALE_SESSIONS * config.server.leader_session_s * 1000)
+        finder = LeaderFinder(ordered, topics.names(config.log.topic_prefix).control, stale_ms)
+        said_at = float("-inf")
+        while not stopping.is_set():
+            try:
+                leader = finder.leader(time.time_ns() // 1_000_000)
+            except LogError as exc:
+                log.error("cannot read the control topic: %s; trying again", exc)
+                leader = None
+            if leader is None:
+                if time.monotonic() - said_at >= SAY_WAITING_EVERY_S:
+                    log.info(
+                        "waiting for a leader that takes edges ([server] edge_bind) on %s",
+                        finder.topic,
+                    )
+                    said_at = time.monotonic()
+                stopping.wait(LOOK_EVERY_S)
+                continue
+            log.info(
+                "edge %s: joining leader %s (epoch %s) at %s",
+                config.edge.name,
+                leader.name,
+                leader.epoch,
+                leader.edge["endpoint"] if leader.edge else "?",
+            )
+            edge = Edge(spec_for(config, leader))
+            running.append(edge)
+            try:
+                edge.run()
+            finally:
+                running.remove(edge)
+                edge.close()
+            if not edge.leader_gone:
+                return
+            said_at = float("-inf")
+    finally:
+        ordered.close()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A pushjobs edge of its own: reads the heartbeats and replies of a share "
+        "of the fleet and sends its commands, for whichever server leads. It finds the "
+        "leader on the log's control topic (the leader needs [server] edge_bind).",
+        epilog="Exit codes: 0 stopped (SIGTERM), 1 failed, 9 bad configuration.\n"
+        f"Example: {PROGRAM} --config /etc/pushjobs/edge.toml --log-format json",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help=f"edge TOML file (default: {paths.config_dir() / CONFIG_FILE} if present)",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROGRAM} {__version__}")
+    logsetup.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _fail(exc: PushJobsError) -> NoReturn:
+    sys.stderr.write(f"{PROGRAM}: error: {exc}\n")
+    code = Exit.CONFIG if isinstance(exc, ConfigError) else Exit.FAILED
+    raise SystemExit(int(code)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse_args(argv)
+    collector.tune()
+    try:
+        logs = logsetup.from_arguments(PROGRAM, args)
+        path = args.config if args.config is not None else paths.default_config(CONFIG_FILE)
+        config = load_config(EdgeConfig, path)
+    except PushJobsError as exc:
+        _fail(exc)
+    stopping = threading.Event()
+    running: list[Edge] = []
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+        for edge in running:
+            edge.stopping = True
+
+    def hup(signum: int, frame: object) -> None:
+        log.info("SIGHUP: %s", logs.reopen())
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hup)
+    log.info("%s %s starting (pid %d)", PROGRAM, __version__, os.getpid())
+    try:
+        serve(config, stopping, running)
+    except PushJobsError as exc:
+        _fail(exc)
+    raise SystemExit(int(Exit.OK))
+
+
+if __name__ == "__main__":
+    main()

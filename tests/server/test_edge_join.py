@@ -1,0 +1,99 @@
+"""Edges of their own joining a leader's pool: who is taken, who is refused, and where a
+leader on SQLite lets them bind. Real sockets on 127.0.0.1; no edge process is started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from pushjobs.errors import ConfigError
+from pushjobs.log.factory import LogSettings
+from pushjobs.transport.sockets import Transport, bound_endpoint
+from server.core import edgewire
+from server.serverd import _edge_bind
+from server.shell.edges import EdgePool
+from server.shell.serverconfig import ServerConfig, ServerSection
+from tests.support import curve_keys, wait_until
+
+SPEC = {"server_name": "server"}
+
+
+@pytest.fixture
+def transport() -> Iterator[Transport]:
+    with Transport() as t:
+        yield t
+
+
+def pool(transport: Transport, curve, *, bind: str) -> EdgePool:
+    return EdgePool(transport, curve, count=0, spec=SPEC, interval_s=1.0, now=0.0, bind=bind)
+
+
+def say_hello(transport: Transport, edges: EdgePool, curve, **hello: object) -> None:
+    dealer = transport.socket(
+        "dealer",
+        connect=bound_endpoint(edges.router),
+        curve_client=curve,
+        server_public=curve.public,
+    )
+    payload = {"edge": "far-1", "endpoints": {"heartbeat": "tcp://h:1", "reply": "tcp://h:2"}}
+    dealer.send_multipart(edgewire.encode(edgewire.HELLO, {**payload, **hello}))
+
+
+def received(edges: EdgePool) -> bool:
+    if edges.router.poll(50, zmq.POLLIN):
+        edges.receive(1.0, 1000)
+        return True
+    return False
+
+
+def test_an_edge_of_its_own_joins_a_leader_that_takes_them(transport: Transport) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    say_hello(transport, edges, curve, remote=True, pid=4242)
+    wait_until(lambda: received(edges) or "far-1" in edges.edges, 5, 0.01)
+    assert edges.live() == ["far-1"]
+    row = edges.status()[0]
+    assert row["remote"] and row["endpoints"] == {"heartbeat": "tcp://h:1", "reply": "tcp://h:2"}
+    assert edges.place("node-1") == ("far-1", {"heartbeat": "tcp://h:1", "reply": "tcp://h:2"})
+    # Silent past its window it is lost, not restarted: the leader did not start it.
+    assert edges.tick(10.0) == ["far-1"]
+    assert edges.live() == [] and edges.edges["far-1"].proc is None
+    assert edges.ready()  # the edges it started (none) all serve
+
+
+@pytest.mark.parametrize(
+    ("bind", "hello"),
+    [
+        ("", {"remote": True}),  # this leader takes no edges of their own
+        ("tcp://127.0.0.1:0", {}),  # an edge it did not start that does not say so
+        ("tcp://127.0.0.1:0", {"remote": True, "edge": "bad name/../x"}),
+    ],
+)
+def test_an_edge_not_invited_is_refused(transport: Transport, bind: str, hello) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind=bind)
+    say_hello(transport, edges, curve, **hello)
+    wait_until(lambda: received(edges) or edges.refused, 5, 0.01)
+    assert edges.refused == 1 and edges.live() == []
+
+
+@pytest.mark.parametrize(
+    ("bind", "backend", "refused"),
+    [
+        ("tcp://0.0.0.0:7710", "sqlite", True),
+        ("tcp://10.0.0.5:7710", "sqlite", True),
+        ("tcp://127.0.0.1:7710", "sqlite", False),
+        ("tcp://localhost:7710", "sqlite", False),
+        ("tcp://0.0.0.0:7710", "kafka", False),
+        ("", "sqlite", False),
+    ],
+)
+def test_on_sqlite_edges_join_on_loopback_only(bind: str, backend: str, refused: bool) -> None:
+    config = ServerConfig(server=ServerSection(edge_bind=bind), log=LogSettings(backend=backend))
+    if refused:
+        with pytest.raises(ConfigError, match="edges on other hosts need the Kafka backend"):
+            _edge_bind(config)
+    else:
+        assert _edge_bind(config) == bind
