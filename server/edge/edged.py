@@ -95,6 +95,8 @@ class EdgeSpec:
     remote: bool = False
     """Started by ``pushjobs-edge``, not by its leader: it says so in its hello, and stops
     (to look for the leader again) when the leader falls silent."""
+    capacity: float = 1.0
+    """Its share of the nodes against the other edges' (``[edge] capacity``)."""
 
     def port(self, which: int) -> int:
         """The port of its heartbeat (0) or reply (1) socket; 0 for any free one."""
@@ -452,6 +454,7 @@ class Edge:
             "endpoints": self.endpoints,
             "pid": os.getpid(),
             "remote": self.spec.remote,
+            "capacity": self.spec.capacity,
         }
 
     def _load(self, now: float) -> dict[str, Any]:

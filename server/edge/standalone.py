@@ -95,6 +95,7 @@ def spec_for(config: EdgeConfig, leader: Member) -> EdgeSpec:
         index=0,
         port_base=section.port_base,
         remote=True,
+        capacity=section.capacity,
     )
 
 

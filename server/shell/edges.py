@@ -43,6 +43,7 @@ from pushjobs.errors import MalformedMessage
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 from server.core import edgewire, rendezvous
 from server.core.edgewire import Report
+from server.core.rendezvous import MAX_CAPACITY, MIN_CAPACITY
 
 log = logging.getLogger("pushjobs.server")
 
@@ -80,6 +81,7 @@ class EdgeState:
     keys_applied: int = 0
     held: deque[tuple[int, Release]] = field(default_factory=deque)  # (batch, reply)
     remote: bool = False  # a ``pushjobs-edge`` that joined: not started, not restarted here
+    capacity: float = 1.0  # its weight in the rendezvous (an edge of its own may say)
 
 
 class EdgePool:
@@ -265,6 +267,10 @@ class EdgePool:
         state.route, state.endpoints, state.heard = route, endpoints, now
         state.keys_sent = state.keys_applied = 0  # a new process counts batches afresh
         state.incarnation = str(payload.get("incarnation", ""))
+        capacity = payload.get("capacity", 1.0)
+        if type(capacity) not in (int, float) or not MIN_CAPACITY <= capacity <= MAX_CAPACITY:
+            raise MalformedMessage(f"edge hello: capacity {str(capacity)[:20]} out of range")
+        state.capacity = float(capacity)
         state.live = True
         self.by_route[route] = name
         log.info(
@@ -297,7 +303,10 @@ class EdgePool:
     def place(self, node: str) -> tuple[str, dict[str, str]] | None:
         """The edge ``node`` belongs to now and its endpoints; None when no edge serves.
         A node that moves is forgotten by the edge it leaves."""
-        edge = rendezvous.pick(node, self.live())
+        live = self.live()
+        weights = {name: self.edges[name].capacity for name in live}
+        # Unweighted while every edge weighs the same: the same picks, a little cheaper.
+        edge = rendezvous.pick(node, live, weights if len(set(weights.values())) > 1 else None)
         if edge is None:
             return None
         before = self.assigned.get(node)
@@ -342,6 +351,7 @@ class EdgePool:
                     "live": state.live,
                     "pid": state.proc.pid if state.proc is not None else load.get("pid"),
                     "remote": state.remote,
+                    "capacity": state.capacity,
                     "starts": state.starts,
                     "losses": state.losses,
                     "nodes": load.get("nodes", 0),

@@ -3,7 +3,7 @@ leader on SQLite lets them bind. Real sockets on 127.0.0.1; no edge process is s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import zmq
@@ -48,11 +48,32 @@ def received(edges: EdgePool) -> bool:
     return False
 
 
+def heard_until(edges: EdgePool, done: Callable[[], bool]) -> None:
+    """Read the channel until ``done()``."""
+
+    def step() -> bool:
+        received(edges)
+        return done()
+
+    wait_until(step, 5, 0.01)
+
+
+def test_a_stated_capacity_weighs_where_nodes_are_placed(transport: Transport) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    say_hello(transport, edges, curve, remote=True, edge="big", capacity=3.0)
+    say_hello(transport, edges, curve, remote=True, edge="small", capacity=1.0)
+    heard_until(edges, lambda: len(edges.live()) == 2)
+    placed = [edges.place(f"node-{i}") for i in range(4000)]
+    big = sum(1 for p in placed if p is not None and p[0] == "big") / len(placed)
+    assert abs(big - 0.75) < 0.03, big
+
+
 def test_an_edge_of_its_own_joins_a_leader_that_takes_them(transport: Transport) -> None:
     curve = curve_keys()
     edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
     say_hello(transport, edges, curve, remote=True, pid=4242)
-    wait_until(lambda: received(edges) or "far-1" in edges.edges, 5, 0.01)
+    heard_until(edges, lambda: "far-1" in edges.edges)
     assert edges.live() == ["far-1"]
     row = edges.status()[0]
     assert row["remote"] and row["endpoints"] == {"heartbeat": "tcp://h:1", "reply": "tcp://h:2"}
@@ -69,13 +90,16 @@ def test_an_edge_of_its_own_joins_a_leader_that_takes_them(transport: Transport)
         ("", {"remote": True}),  # this leader takes no edges of their own
         ("tcp://127.0.0.1:0", {}),  # an edge it did not start that does not say so
         ("tcp://127.0.0.1:0", {"remote": True, "edge": "bad name/../x"}),
+        ("tcp://127.0.0.1:0", {"remote": True, "capacity": 0}),
+        ("tcp://127.0.0.1:0", {"remote": True, "capacity": "lots"}),
+        ("tcp://127.0.0.1:0", {"remote": True, "capacity": 1e9}),
     ],
 )
 def test_an_edge_not_invited_is_refused(transport: Transport, bind: str, hello) -> None:
     curve = curve_keys()
     edges = pool(transport, curve, bind=bind)
     say_hello(transport, edges, curve, **hello)
-    wait_until(lambda: received(edges) or edges.refused, 5, 0.01)
+    heard_until(edges, lambda: edges.refused > 0)
     assert edges.refused == 1 and edges.live() == []
 
 

@@ -46,6 +46,26 @@ def test_adding_an_edge_moves_only_its_share_and_losing_one_only_its_nodes() -> 
     assert all(lost[n] == before[n] for n in NODES if before[n] != "e1")
 
 
+def test_weights_give_shares_in_proportion_and_adding_an_edge_moves_only_onto_it() -> None:
+    weights = {"e0": 2.0, "e1": 1.0, "e2": 1.0}
+    edges = list(weights)
+    before = {n: rendezvous.pick(n, edges, weights) for n in NODES}
+    for edge, weight in weights.items():
+        share = sum(1 for n in NODES if before[n] == edge) / len(NODES)
+        assert abs(share - weight / 4) < 0.02, (edge, share)
+    grown = {**weights, "e3": 4.0}  # as much as the others together
+    after = {n: rendezvous.pick(n, list(grown), grown) for n in NODES}
+    moved = [n for n in NODES if before[n] != after[n]]
+    assert all(after[n] == "e3" for n in moved)
+    assert abs(len(moved) / len(NODES) - 4 / 8) < 0.02
+
+
+def test_equal_weights_pick_as_no_weights_do() -> None:
+    edges = ["e0", "e1", "e2"]
+    same = {e: 3.0 for e in edges}
+    assert all(rendezvous.pick(n, edges, same) == rendezvous.pick(n, edges) for n in NODES)
+
+
 def test_no_live_edge_places_nobody() -> None:
     assert rendezvous.pick("node-1", []) is None
 
