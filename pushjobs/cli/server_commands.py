@@ -195,8 +195,22 @@ def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
         epoch = "-" if row.get("epoch") is None else str(row["epoch"])
         pong = f"{row['last_pong_ms_ago'] / 1000:.1f} s ago"
         share = shares(row.get("partitions"))
+        if "serves" in row:
+            # An edge of its own: its share is nodes, not schedules; whom it serves.
+            share = f"{row.get('nodes', 0):,} nodes"
+            serves = row.get("serves") or "nobody yet"
+            epoch = f"serves {serves}"
         rows.append(
-            (name, row["role"], epoch, pong, share, row["api"], row["heartbeat"], row["reply"])
+            (
+                name,
+                row["role"],
+                epoch,
+                pong,
+                share,
+                row["api"] or "-",
+                row["heartbeat"],
+                row["reply"],
+            )
         )
     return rows
 
@@ -237,7 +251,8 @@ def list_servers(
     """Every server of the installation: its role (leader, standby; deposed or gone when
     its record says a lease it no longer holds, or is stale), epoch, last pong, the
     schedule partitions it fires (how many: which) and endpoints. The server that
-    answered is marked with *.
+    answered is marked with *. Edges of their own (pushjobs-edge) follow, role edge:
+    the server they serve, their nodes and their endpoints.
 
     Example: pushjobs server list --json
     """

@@ -187,6 +187,7 @@ class Edge:
         self.next_keys = now + 1.0
         self.stopping = False
         self.leader_gone = False  # stopped because the leader fell silent
+        self.last_load: dict[str, Any] = {}  # as last reported (read by pushjobs-edge's pong)
         self.started = now
 
     # --- the loop ---------------------------------------------------------------------------
@@ -277,7 +278,7 @@ class Edge:
         report = self.intake.take_report()
         report.keys_applied = self.keys_applied
         if now >= self.next_load:
-            report.load = self._load(now)
+            report.load = self.last_load = self._load(now)
             self.next_load = now + self.spec.interval_s / 2
         elif not report and not self.acknowledge:
             return

@@ -43,7 +43,7 @@ from pushjobs.log.base import OrderedLog
 from pushjobs.log.factory import open_log
 from server.edge.edgeconfig import CONFIG_FILE, EdgeConfig
 from server.edge.edged import Edge, EdgeSpec
-from server.shell.membership import STALE_SESSIONS, Member, Roster
+from server.shell.membership import EDGE, STALE_SESSIONS, Member, Roster
 
 log = logging.getLogger("pushjobs.edge")
 PROGRAM = "pushjobs-edge"
@@ -71,6 +71,76 @@ class LeaderFinder:
                 break
         found = self.roster.leader(now_ms)
         return found if found is not None and found.edge is not None else None
+
+
+class Pong:
+    """The edge's own record on the control topic, written every ``every_s`` from a
+    thread of its own (a slow log must not hold the edge's loop), and a tombstone at the
+    end: who it is, whom it serves, its share. Its own log handle: a SQLite connection
+    stays with the thread that opened it."""
+
+    def __init__(
+        self, config: EdgeConfig, edge: Edge, leader: Member, topic: str, every_s: float
+    ) -> None:
+        self.config = config
+        self.edge = edge
+        self.serves = leader.incarnation
+        self.topic = topic
+        self.every_s = every_s
+        self.done = threading.Event()
+        self.failing = False
+        self.thread = threading.Thread(target=self._run, name="pushjobs-edge-pong", daemon=True)
+
+    def __enter__(self) -> Pong:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=self.every_s + 10.0)
+
+    def record(self, now_ms: int) -> Member:
+        edge, load = self.edge, self.edge.last_load
+        return Member(
+            name=edge.spec.name,
+            incarnation=edge.incarnation,
+            role=EDGE,
+            epoch=None,
+            api="",
+            heartbeat=edge.endpoints["heartbeat"],
+            reply=edge.endpoints["reply"],
+            ts=now_ms,
+            serves=self.serves,
+            nodes=int(load.get("nodes", 0)),
+            online=int(load.get("online", 0)),
+            capacity=edge.spec.capacity,
+            version=__version__,
+        )
+
+    def _run(self) -> None:
+        try:
+            ordered = open_edge_log(self.config)
+        except PushJobsError as exc:
+            log.error("edge %s: no record on the control topic: %s", self.edge.spec.name, exc)
+            return
+        key = self.record(0).key
+        try:
+            while not self.done.is_set():
+                self._write(ordered, key, self.record(time.time_ns() // 1_000_000).encode())
+                self.done.wait(self.every_s)
+            self._write(ordered, key, None)  # gone: the next leader's edge is a new record
+        finally:
+            ordered.close()
+
+    def _write(self, ordered: OrderedLog, key: str, value: bytes | None) -> None:
+        try:
+            ordered.append(self.topic, key, value)
+        except LogError as exc:
+            if not self.failing:
+                log.error("edge %s: cannot write its control record: %s", self.edge.spec.name, exc)
+            self.failing = True
+            return
+        self.failing = False
 
 
 def spec_for(config: EdgeConfig, leader: Member) -> EdgeSpec:
@@ -120,6 +190,7 @@ def serve(config: EdgeConfig, stopping: threading.Event, running: list[Edge]) ->
     ordered = open_edge_log(config)
     try:
         stale_ms = round(STALE_SESSIONS * config.server.leader_session_s * 1000)
+        pong_every_s = config.server.leader_session_s / 3  # as often as the servers write
         finder = LeaderFinder(ordered, topics.names(config.log.topic_prefix).control, stale_ms)
         said_at = float("-inf")
         while not stopping.is_set():
@@ -147,7 +218,8 @@ def serve(config: EdgeConfig, stopping: threading.Event, running: list[Edge]) ->
             edge = Edge(spec_for(config, leader))
             running.append(edge)
             try:
-                edge.run()
+                with Pong(config, edge, leader, finder.topic, pong_every_s):
+                    edge.run()
             finally:
                 running.remove(edge)
                 edge.close()

@@ -13,6 +13,12 @@ record per key, a tombstone removing it. A server stopped cleanly (SIGTERM) writ
 tombstone. ``server.list`` reads the topic too (``rows``), so a server that just started
 is listed at once, not at the next renewal.
 
+Edges of their own (``pushjobs-edge``) write a record there too, keyed
+``edge:<name>:<incarnation>``, role ``edge``: their endpoints, the leader incarnation they
+serve, their nodes (those online too), stated capacity and version, at the same pace, and a
+tombstone when they stop or change leaders. ``server list`` shows them with their share;
+nothing here counts them as servers (no lease, no schedule partitions).
+
 Who leads, as far as the control topic knows (``Roster.leader``): of the records younger
 than ``stale_ms`` (1.5 lease sessions: a leader writes every third of one, and its lease
 is surely gone a session after its last poll) whose role is ``leader``, the one with the
@@ -52,7 +58,7 @@ from server.shell.leadership import Leadership
 
 log = logging.getLogger("pushjobs.server")
 
-LEADER, STANDBY = "leader", "standby"
+LEADER, STANDBY, EDGE = "leader", "standby", "edge"
 STALE_SESSIONS = 1.5  # a record older than this many lease sessions is not believed
 READ_BATCH = 1000
 # ``server.list`` reads what was written since the last read, at most this often: a new
@@ -79,10 +85,18 @@ class Member:
     # Where edges of their own (``pushjobs-edge``) join this leader, and what they must
     # know of it (``EDGE_FIELDS``); None when it takes none (no ``[server] edge_bind``).
     edge: dict[str, Any] | None = None
+    # An edge's own record (role ``edge``, ``pushjobs-edge``): the leader incarnation it
+    # serves ("" while it looks for one), its nodes and those online, its stated capacity
+    # and its version. Its ``api`` is "" (an edge serves no API).
+    serves: str = ""
+    nodes: int = 0
+    online: int = 0
+    capacity: float = 1.0
+    version: str = ""
 
     @property
     def key(self) -> str:
-        return record_key(self.name, self.incarnation)
+        return record_key(self.name, self.incarnation, edge=self.role == EDGE)
 
     def encode(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -96,11 +110,12 @@ def advertised_api(bound: str, host: str) -> str:
     return re.sub(r"^tcp://(\[[^]]*\]|[^:]+):", f"tcp://{host}:", bound) if host else bound
 
 
-def record_key(name: str, incarnation: str) -> str:
-    return f"server:{name}:{incarnation}"
+def record_key(name: str, incarnation: str, *, edge: bool = False) -> str:
+    return f"{'edge' if edge else 'server'}:{name}:{incarnation}"
 
 
 _TEXT = ("name", "incarnation", "role", "api", "heartbeat", "reply")
+ROLES = (LEADER, STANDBY, EDGE)
 EDGE_FIELDS = {
     "endpoint": str,
     "interval_s": float,
@@ -140,7 +155,7 @@ def decode(value: bytes) -> Member:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
-    if any(type(raw.get(k)) is not str for k in _TEXT) or raw["role"] not in (LEADER, STANDBY):
+    if any(type(raw.get(k)) is not str for k in _TEXT) or raw["role"] not in ROLES:
         raise ValueError("a name, incarnation, role or endpoint is missing or not text")
     epoch, ts = raw.get("epoch"), raw.get("ts")
     if type(ts) is not int or (epoch is not None and type(epoch) is not int):
@@ -148,12 +163,23 @@ def decode(value: bytes) -> Member:
     partitions = raw.get("partitions", [])
     if not isinstance(partitions, list) or any(type(t) is not str for t in partitions):
         raise ValueError("partitions is not a list of topics")
+    serves, version = raw.get("serves", ""), raw.get("version", "")
+    nodes, online, capacity = raw.get("nodes", 0), raw.get("online", 0), raw.get("capacity", 1.0)
+    if type(serves) is not str or type(version) is not str:
+        raise ValueError("serves or version is not text")
+    if type(nodes) is not int or type(online) is not int or type(capacity) not in (int, float):
+        raise ValueError("nodes, online or capacity is not a number")
     return Member(
         **{k: raw[k] for k in _TEXT},
         epoch=epoch,
         ts=ts,
         partitions=tuple(partitions),
         edge=_edge(raw.get("edge")),
+        serves=serves,
+        nodes=nodes,
+        online=online,
+        capacity=float(capacity),
+        version=version,
     )
 
 
@@ -228,9 +254,27 @@ class Roster:
                     "partitions": sorted(m.partitions) if role in (LEADER, STANDBY) else [],
                 }
             )
-        order = {LEADER: 0, STANDBY: 1, "deposed": 2, "gone": 3}
+            if m.role == EDGE:
+                served = self._serving(m)
+                out[-1].update(
+                    role=EDGE if role == EDGE else "gone",
+                    # Its share: the nodes it holds, as of its last record.
+                    nodes=m.nodes if role == EDGE else 0,
+                    online=m.online if role == EDGE else 0,
+                    capacity=m.capacity,
+                    serves=served,
+                    version=m.version,
+                )
+        order = {LEADER: 0, STANDBY: 1, EDGE: 2, "deposed": 3, "gone": 4}
         out.sort(key=lambda r: (order[r["role"]], r["name"], r["incarnation"]))
         return out
+
+    def _serving(self, edge: Member) -> str:
+        """``name:incarnation`` of the server ``edge`` serves, "" for none it knows."""
+        for m in self.members.values():
+            if m.role != EDGE and m.incarnation == edge.serves and edge.serves:
+                return f"{m.name}:{m.incarnation}"
+        return ""
 
 
 class Membership:
@@ -346,7 +390,7 @@ class Membership:
         fresh = {
             f"{m.name}:{m.incarnation}"
             for m in self.roster.members.values()
-            if self.roster.fresh(m, now_ms)
+            if m.role != EDGE and self.roster.fresh(m, now_ms)
         }
         return sorted(fresh | {f"{self.name}:{self.incarnation}"})
 

@@ -49,3 +49,39 @@ def test_one_row_per_server_with_role_epoch_last_pong_partitions_and_endpoints()
 
 def test_no_server_yet_is_said_plainly() -> None:
     assert render_list([]) == "no server has written to the control topic yet"
+
+
+def test_an_edge_of_its_own_shows_whom_it_serves_and_its_nodes() -> None:
+    edge = {
+        "name": "far-1",
+        "incarnation": "cc33",
+        "role": "edge",
+        "epoch": None,
+        "last_pong_ms_ago": 300,
+        "api": "",
+        "heartbeat": "tcp://10.0.0.9:7720",
+        "reply": "tcp://10.0.0.9:7721",
+        "partitions": [],
+        "serves": "server:aa11",
+        "nodes": 12345,
+        "online": 12000,
+        "capacity": 1.0,
+        "version": "0.1.0",
+    }
+    row = render_list([ROWS[0], edge]).splitlines()[2]
+    assert row.split() == [
+        "far-1:cc33",
+        "edge",
+        "serves",
+        "server:aa11",
+        "0.3",
+        "s",
+        "ago",
+        "12,345",
+        "nodes",
+        "-",
+        "tcp://10.0.0.9:7720",
+        "tcp://10.0.0.9:7721",
+    ]
+    looking = render_list([{**edge, "serves": ""}]).splitlines()[1]
+    assert "serves nobody yet" in looking

@@ -17,7 +17,7 @@ from pushjobs.testbed.chaos import Chaos, Narrow
 from tests.support import wait_until
 
 SEEDS = [int(os.environ["PUSHJOBS_CHAOS_SEED"])] if "PUSHJOBS_CHAOS_SEED" in os.environ else [1, 2]
-ROUNDS = 4  # a bounded run: bench/chaos.py plays the same for as long as you like
+ROUNDS = 3  # a bounded run: bench/chaos.py plays the same for as long as you like
 EDGE_ROUNDS = 4  # bench/chaos.py --edges 2 runs them for as long as you like
 
 

@@ -63,6 +63,23 @@ def test_it_joins_the_leader_and_serves_its_share(fleet: Fleet) -> None:
     job = fleet.start("stamp")
     done = fleet.wait_job(job["job_id"])
     assert done["summary"] == {"succeeded": len(NODES)}, done
+    # Its own record on the control topic: whom it serves, its share.
+    leader = next(s for s in fleet.call("server.list")["servers"] if s["role"] == "leader")
+    serving = f"{leader['name']}:{leader['incarnation']}"
+
+    def listed() -> dict[str, Any] | None:
+        rows = [s for s in fleet.call("server.list")["servers"] if s["role"] == "edge"]
+        return rows[0] if rows and rows[0]["nodes"] == len(on_far()) else None
+
+    wait_until(lambda: listed() is not None, 10, 0.1)
+    row = listed()
+    assert row is not None and row["name"] == FAR and row["serves"] == serving, row
+    # Stopped cleanly, it says goodbye: no longer listed.
+    fleet.sandbox.kill(FAR, signal.SIGTERM)
+    assert fleet.sandbox.procs[FAR].popen.returncode == 0
+    wait_until(
+        lambda: all(s["role"] != "edge" for s in fleet.call("server.list")["servers"]), 10, 0.1
+    )
 
 
 def test_killed_mid_job_it_costs_no_job_step(fleet: Fleet) -> None:

@@ -16,6 +16,7 @@ from pushjobs.log.memory import MemoryLog, MemoryStore
 from pushjobs.log.topics import create_standard_topics
 from server.shell.leadership import Leadership
 from server.shell.membership import (
+    EDGE,
     LEADER,
     STANDBY,
     Member,
@@ -343,7 +344,7 @@ def test_a_record_of_a_version_before_partitions_reads_as_none() -> None:
 
 # --- where edges of their own join -------------------------------------------------------------
 
-EDGE = {
+CHANNEL = {
     "endpoint": "tcp://h:7710",
     "interval_s": 1.0,
     "offline_threshold": 3,
@@ -355,14 +356,14 @@ EDGE = {
 
 
 def test_a_leaders_edge_channel_is_read_back_and_a_bad_one_refused() -> None:
-    m = dataclasses.replace(member("a", LEADER, epoch=2), edge=EDGE)
+    m = dataclasses.replace(member("a", LEADER, epoch=2), edge=CHANNEL)
     assert decode(m.encode()) == m
-    for bad in ("tcp://h:1", {**EDGE, "endpoint": 7}, {**EDGE, "offline_threshold": 3.5}):
+    for bad in ("tcp://h:1", {**CHANNEL, "endpoint": 7}, {**CHANNEL, "offline_threshold": 3.5}):
         raw = orjson.loads(m.encode())
         raw["edge"] = bad
         with pytest.raises(ValueError, match="edge"):
             decode(orjson.dumps(raw))
-    missing = {k: v for k, v in EDGE.items() if k != "max_skew_s"}
+    missing = {k: v for k, v in CHANNEL.items() if k != "max_skew_s"}
     with pytest.raises(ValueError, match=r"edge\.max_skew_s"):
         decode(orjson.dumps({**orjson.loads(m.encode()), "edge": missing}))
 
@@ -371,9 +372,47 @@ def test_only_the_leader_names_its_edge_channel() -> None:
     clock = FakeClock()
     a, b = two(clock)
     for server in (a, b):
-        server.membership.edge = EDGE
+        server.membership.edge = CHANNEL
         server.renew(clock)
-    assert a.membership.me(NOW).edge == EDGE
+    assert a.membership.me(NOW).edge == CHANNEL
     assert b.membership.me(NOW).edge is None
     leader = b.membership.roster.leader(clock.wall_ms())
-    assert leader is not None and leader.edge == EDGE
+    assert leader is not None and leader.edge == CHANNEL
+
+
+def edge_member(inc: str = "e1", *, serves: str = "a", ts: int = NOW) -> Member:
+    return Member(
+        name="far-1",
+        incarnation=inc,
+        role=EDGE,
+        epoch=None,
+        api="",
+        heartbeat="tcp://h:7720",
+        reply="tcp://h:7721",
+        ts=ts,
+        serves=serves,
+        nodes=120,
+        online=118,
+        capacity=2.0,
+        version="0.1.0",
+    )
+
+
+def test_an_edges_record_is_listed_with_whom_it_serves_and_is_no_server() -> None:
+    edge = edge_member()
+    assert edge.key == "edge:far-1:e1" and decode(edge.encode()) == edge
+    r = roster(member("a", LEADER, epoch=3), member("b"), edge)
+    assert r.leader(NOW) is not None and r.leader(NOW).incarnation == "a"
+    rows = r.rows(NOW)
+    assert [row["role"] for row in rows] == [LEADER, STANDBY, EDGE]
+    assert rows[2]["last_pong_ms_ago"] == 0
+    assert (rows[2]["serves"], rows[2]["nodes"], rows[2]["capacity"]) == ("server:a", 120, 2.0)
+    stale = roster(edge_member(ts=NOW - STALE_MS - 1)).rows(NOW)[0]
+    assert (stale["role"], stale["nodes"], stale["serves"]) == ("gone", 0, "")
+
+
+def test_edges_get_no_schedule_partitions() -> None:
+    clock = FakeClock()
+    a, _ = two(clock)
+    a.membership.roster.apply("edge:far-1:e1", edge_member(ts=clock.wall_ms()).encode())
+    assert all(not name.startswith("far-1") for name in a.membership.live())
