@@ -18,7 +18,7 @@ the node list: node i beats at phase i/K, with no per-node timer.
 Like an agent, it watches the server (``serverwatch``): while the server is offline it
 sends nothing and discards commands; on a new server incarnation every node rediscovers
 after a random splay; each node rediscovers when its config lifetime ends (not while it
-runs a job). It follows the leader as an agent does (``simleader``: a standby's redirect,
+runs a job), and when a ping asks it to (its edge draining). It follows the leader as an agent does (``simleader``: a standby's redirect,
 the heartbeats' ``leader`` flag, a server that answers nothing). ``simdiscovery``
 pipelines discovery, ``simfanout`` sends, ``simcontrol`` reads control lines from stdin.
 Killed at any line, a simulator loses all it holds, as killed agents would; restarted,
@@ -332,6 +332,12 @@ class Simulator:
                 effects = node.on_run(cmd, self.how, now)
             case m.Abort():
                 effects = node.on_abort(cmd, now)
+            case m.Ping(rediscover=True):
+                # Its edge is draining, or its session key retired: it asks again for its
+                # config, as an agent does (after a short splay: a drain pings many).
+                delay = self.rng.uniform(0, min(1.0, self.s.splay_s))
+                self._at(delay, node, partial(self.discovery.ask, node))
+                return
             case _:
                 return  # a ping asks for a heartbeat; the next one is never far
         self._apply(node, effects)

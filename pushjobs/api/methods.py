@@ -18,6 +18,11 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                       [topic...]}...]}  every server of the installation as the
                      ``control`` topic knows it, leader first; ``partitions``: the schedule
                      partitions it fires, as its latest record says ([] once it is stale)
+    server.drain  admin   {edge, undo?: bool} -> {edge: EDGE (its server.info row, with
+                     draining)}  no node is placed on the edge any more and its nodes are
+                     asked to rediscover (again every 5 s while some stay); undo: placed
+                     on again. The leader only (not_leader elsewhere); not_found for an
+                     edge it does not know
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
                            vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
                            capture: bool, batch?: "3"|"25%", batch_wait_s?: float >= 0,
@@ -97,6 +102,7 @@ ROLE_RANK: Final = {"reader": 0, "writer": 1, "admin": 2}
 METHODS: Final[Mapping[str, str]] = {
     "server.info": "reader",
     "server.list": "reader",
+    "server.drain": "admin",
     "job.start": "writer",
     "job.list": "reader",
     "job.status": "reader",

@@ -4,18 +4,20 @@
 messages by socket and reason, heartbeat lag, log append latency and garbage collection
 pauses. ``list`` renders ``server.list``: every server of the installation as the
 ``control`` topic knows it, its role, epoch, last pong, the schedule partitions it fires
-and its endpoints. ``--json`` prints
-the reply as it came, every figure included.
+and its endpoints. ``drain`` moves an edge's nodes to the other edges (``server.drain``).
+``--json`` prints the reply as it came, every figure included.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from pushjobs.cli import userconfig
+from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.job_commands import ConfigOpt, JsonOpt, ServerOpt
 from pushjobs.cli.render import handle_errors, print_json, printable, reading_reply
 
@@ -146,6 +148,8 @@ def _edge_line(edge: Mapping[str, Any]) -> str:
     own = edge.get("remote")  # a pushjobs-edge: it joined, and is not restarted here
     if edge.get("live"):
         state = "serving (an edge of its own)" if own else "serving"
+        if edge.get("draining"):
+            state += ", DRAINING (no node placed on it; its nodes moving off)"
     else:
         state = "NOT SERVING (lost: its nodes moved)" if own else "NOT SERVING (restarting)"
     # A lost edge's last figures are history: its nodes are elsewhere now.
@@ -262,3 +266,63 @@ def list_servers(
             print_json(servers)
         else:
             typer.echo(render_list(servers))
+
+
+DRAIN_POLL_S = 0.5
+
+
+@app.command("drain")
+@handle_errors
+def drain(
+    edge: Annotated[str, typer.Argument(help="The edge, as server status names it.")],
+    undo: Annotated[
+        bool, typer.Option("--undo", help="Place nodes on it again (end a drain).")
+    ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Wait until no node online is served by it, showing progress."),
+    ] = False,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")
+    ] = 300.0,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move an edge's nodes to the other edges: no node is placed on it any more, and its
+    nodes are asked to rediscover (again every 5 s while some stay). A node running a job
+    keeps running it and reports through its new edge. Then stop an edge of its own (its
+    service); one of the server's own stays, empty, until --undo or the server restarts.
+
+    Exit codes: 0 drained (or asked, without --wait); 4 --timeout passed with nodes
+    online left on it; 8 no such edge.
+
+    Example: pushjobs server drain edge-b --wait
+    """
+    with userconfig.connect(config, server) as client, reading_reply():
+        row = client.call("server.drain", {"edge": edge, "undo": undo})["edge"]
+        if not wait or undo:
+            if as_json:
+                print_json(row)
+            else:
+                typer.echo(f"edge {printable(edge)}: {'placed on again' if undo else 'draining'}")
+            return
+        deadline = time.monotonic() + timeout_s
+        shown = None
+        while True:
+            rows = {r["edge"]: r for r in client.call("server.info", {}).get("edges") or []}
+            row = rows.get(edge, row)
+            left = row.get("online", 0) if row.get("live") else 0
+            if left == 0 or time.monotonic() >= deadline:
+                break
+            if left != shown and not as_json:
+                typer.echo(f"edge {printable(edge)}: {left:,} nodes online left", err=True)
+                shown = left
+            time.sleep(DRAIN_POLL_S)
+        if as_json:
+            print_json(row)
+        else:
+            said = "drained" if left == 0 else f"{left:,} nodes online on it after {timeout_s:g} s"
+            typer.echo(f"edge {printable(edge)}: {said}")
+        if left:
+            raise typer.Exit(int(Exit.TIMED_OUT))

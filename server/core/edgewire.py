@@ -40,10 +40,11 @@ KEYS = b"keys"
 REVOKE = b"revoke"
 SEND = b"send"
 FORGET = b"forget"
+MOVE = b"move"  # ask these nodes to rediscover: their edge is draining
 HELLO = b"hello"
 REPORT = b"report"
 
-TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET})
+TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET, MOVE})
 TO_LEADER = frozenset({HELLO, REPORT})
 
 

@@ -66,6 +66,8 @@ MAX_WAIT_S = 0.25
 LEADER_HWM = 100_000  # reports queued for a leader that is slow to read
 STALE_PING_S = 2.0
 FANOUT_PER_TURN = 2_000  # commands sealed and sent per turn: ~50 ms
+MOVE_PER_TURN = 100  # rediscover pings a turn while draining, a turn each MOVE_PACE_S
+MOVE_PACE_S = 0.05
 GATHER_BELOW = 256  # messages in a turn's read: fewer, and the next read waits to gather
 GATHER_S = 0.005
 QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
@@ -174,6 +176,7 @@ class Edge:
         self.keys_applied = 0
         self.acknowledge = False
         self.fanouts: deque[_FanOut] = deque()
+        self.moving: deque[str] = deque()  # nodes to ask to rediscover (``MOVE``)
         self.pinged: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
         bound = self.channels.endpoints()
@@ -221,7 +224,7 @@ class Edge:
     def _next_deadline(self, now: float) -> float:
         if self.fanouts:
             return now  # commands to send: no waiting
-        due = [self.next_load, now + MAX_WAIT_S]
+        due = [self.next_load, now + (MOVE_PACE_S if self.moving else MAX_WAIT_S)]
         deadline = self.liveness.next_deadline()
         if deadline is not None:
             due.append(deadline)
@@ -245,6 +248,8 @@ class Edge:
         if self.channels.heartbeat in ready:
             self.channels.subscriptions()
         self._send_some(now, now_ms)
+        if self.moving:
+            self._move_some(now, now_ms)
         self.timers(now, now_ms)
         self.report(now)
 
@@ -307,6 +312,10 @@ class Edge:
                     self._forget(str(node), now)
             elif kind == edgewire.REVOKE:
                 self._revoke(payload, now, now_ms)
+            elif kind == edgewire.MOVE:
+                # Draining: these nodes are asked to rediscover, a few per turn (their
+                # config requests must not arrive at the leader all at once).
+                self.moving.extend(str(node) for node in payload)
         except (PushJobsError, KeyError, TypeError, ValueError) as exc:
             self.counters["instructions_refused"] += 1
             log.error("edge %s: instruction refused: %s", self.spec.name, exc)
@@ -436,6 +445,17 @@ class Edge:
                 sent += 1
             self.intake.commanded(node, now)
         self.counters[f"{kind}_sent"] += sent
+
+    def _move_some(self, now: float, now_ms: int) -> None:
+        for _ in range(min(MOVE_PER_TURN, len(self.moving))):
+            node = self.moving.popleft()
+            contact = self.contacts.get(node)
+            if contact is None or now - self.pinged.get(node, -STALE_PING_S) < STALE_PING_S:
+                continue  # gone already, or just asked
+            self.pinged[node] = now
+            frames = self.outbox.frames(Ping, now_ms, node=node, rediscover=True)
+            self.channels.send_command(contact.endpoint, contact.curve, frames)
+            self.counters["moved_away"] += 1
 
     def _ping_stale(self, now: float, now_ms: int) -> None:
         for node in self.sessions.take_stale():

@@ -21,7 +21,9 @@ from keys.entry import Entry
 from keys.keystates import KeyState
 from keys.registry import KeyRegistry
 from pushjobs import collector
+from pushjobs.api import methods
 from pushjobs.clock import Clock
+from pushjobs.errors import ApiError
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.retry import Outage
 from pushjobs.log.timed import TimedLog
@@ -160,6 +162,15 @@ class ServerBackend:
             # Per edge: live, its nodes, its load, lag and drops ([] without edges).
             "edges": edges,
         }
+
+    def drain_edge(self, edge: str, undo: bool, caller: str) -> dict[str, Any]:
+        if not self.leadership.leader:
+            raise ApiError("only the leader places nodes", code=methods.NOT_LEADER)
+        edges = self.edges
+        if edges is None or edge not in edges.edges:
+            known = ", ".join(edges.edges) if edges is not None and edges.edges else "none"
+            raise ApiError(f"no edge {edge[:64]!r} here (edges: {known})", code=methods.NOT_FOUND)
+        return edges.drain(edge, self.clock.monotonic(), undo=undo, by=caller)
 
     def servers(self) -> list[dict[str, Any]]:
         """Every server the control topic knows, this one marked ``self``."""

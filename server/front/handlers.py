@@ -90,6 +90,10 @@ class Backend(Protocol):
 
     def find_output(self, job_id: str, node: str) -> dict[str, Any] | None: ...
 
+    def drain_edge(self, edge: str, undo: bool, caller: str) -> dict[str, Any]:
+        """Drain ``edge`` (``undo``: place on it again); its status row."""
+        ...
+
 
 def _with_nodes(params: Mapping[str, Any]) -> bool:
     """``nodes: false`` asks for the job's summary without its per-node table."""
@@ -110,6 +114,7 @@ class ApiHandlers:
         self.table: dict[str, Callable[[Mapping[str, Any], str], Any]] = {
             "server.info": lambda p, c: self.b.info(),
             "server.list": lambda p, c: {"servers": self.b.servers()},
+            "server.drain": self.server_drain,
             "job.start": self.job_start,
             "job.list": self.job_list,
             "job.status": self.job_status,
@@ -121,6 +126,15 @@ class ApiHandlers:
             **KeyAdmin(self.b).table(),
             **SchedAdmin(self.b, self._fire_budget).table(),
         }
+
+    def server_drain(self, params: Mapping[str, Any], caller: str) -> Any:
+        edge = params.get("edge")
+        undo = params.get("undo", False)
+        if not isinstance(edge, str) or not edge:
+            raise bad("'edge' must name an edge (pushjobs server status lists them)")
+        if not isinstance(undo, bool):
+            raise bad("'undo' must be true or false")
+        return {"edge": self.b.drain_edge(edge, undo, caller)}
 
     def handle(self, method: str, params: Mapping[str, Any], caller: str) -> Any:
         handler = self.table.get(method)

@@ -54,6 +54,8 @@ RESTART_MAX_S = 30.0
 CHANNEL_HWM = 100_000
 CHANNEL_MAX_BYTES = 64 * 1024 * 1024  # a report carries a turn's replies
 BATCH = 4096
+MOVE_AGAIN_S = 5.0  # a draining edge's nodes that have not moved are asked again
+MOVE_BATCH = 10_000  # nodes per MOVE instruction
 MAX_EDGES = 1024  # edges of their own known at once (each a row in status)
 EDGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -82,6 +84,8 @@ class EdgeState:
     held: deque[tuple[int, Release]] = field(default_factory=deque)  # (batch, reply)
     remote: bool = False  # a ``pushjobs-edge`` that joined: not started, not restarted here
     capacity: float = 1.0  # its weight in the rendezvous (an edge of its own may say)
+    draining: bool = False  # placed on no more; its nodes asked to move (``drain``)
+    next_move: float = 0.0  # when its remaining nodes are asked again
 
 
 class EdgePool:
@@ -191,6 +195,8 @@ class EdgePool:
                 self._start(state, now)
             if state.live and now - state.heard < self.interval_s:
                 state.backoff_s = RESTART_MIN_S  # serving again: a later death starts over
+            if state.draining:
+                self._move(state, now)
         return lost
 
     def stalled(self, by_s: float) -> None:
@@ -300,10 +306,38 @@ class EdgePool:
     def live(self) -> list[str]:
         return [s.name for s in self.edges.values() if s.live]
 
+    def placeable(self) -> list[str]:
+        """The live edges nodes may be placed on: not draining, unless all are."""
+        live = [s for s in self.edges.values() if s.live]
+        open_ = [s.name for s in live if not s.draining]
+        # Every edge draining: better a draining edge than a fleet that cannot discover.
+        return open_ or [s.name for s in live]
+
+    def drain(self, name: str, now: float, *, undo: bool = False, by: str = "") -> dict[str, Any]:
+        """Place no more nodes on edge ``name`` and move its nodes to the others (``undo``:
+        take nodes again); its status row. ``KeyError`` for an edge unknown here."""
+        state = self.edges[name]
+        state.draining = not undo
+        state.next_move = now  # asked at the next tick
+        log.info("edge %s: %s (%s)", name, "taking nodes again" if undo else "draining", by)
+        return next(row for row in self.status() if row["edge"] == name)
+
+    def _move(self, state: EdgeState, now: float) -> None:
+        """Ask a draining edge's nodes to rediscover, again every ``MOVE_AGAIN_S`` for
+        those that have not moved (asleep, busy, or a ping lost)."""
+        if now < state.next_move or not state.live:
+            return
+        state.next_move = now + MOVE_AGAIN_S
+        staying = [node for node, edge in self.assigned.items() if edge == state.name]
+        for start in range(0, len(staying), MOVE_BATCH):
+            self.send(
+                state.name, edgewire.encode(edgewire.MOVE, staying[start : start + MOVE_BATCH])
+            )
+
     def place(self, node: str) -> tuple[str, dict[str, str]] | None:
         """The edge ``node`` belongs to now and its endpoints; None when no edge serves.
         A node that moves is forgotten by the edge it leaves."""
-        live = self.live()
+        live = self.placeable()
         weights = {name: self.edges[name].capacity for name in live}
         # Unweighted while every edge weighs the same: the same picks, a little cheaper.
         edge = rendezvous.pick(node, live, weights if len(set(weights.values())) > 1 else None)
@@ -352,6 +386,7 @@ class EdgePool:
                     "pid": state.proc.pid if state.proc is not None else load.get("pid"),
                     "remote": state.remote,
                     "capacity": state.capacity,
+                    "draining": state.draining,
                     "starts": state.starts,
                     "losses": state.losses,
                     "nodes": load.get("nodes", 0),

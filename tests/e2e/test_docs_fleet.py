@@ -54,7 +54,7 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     extra = blocks(FLEET_PAGE, EDGES)
     assert [kind for kind, _ in extra] == ["toml", "sh"]
     own = blocks(FLEET_PAGE, OWN_EDGE)
-    assert [kind for kind, _ in own] == ["toml", "toml", "sh"]
+    assert [kind for kind, _ in own] == ["toml", "toml", "sh", "sh"]
     assert "server.toml" in own[0][1] and "edge.toml" in own[1][1]
     found = blocks(FLEET_PAGE, FLEET)
     first_server_toml = next(
@@ -83,7 +83,12 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     # The simulated fleet on the same server: its nodes spread over the three edges.
     a_simulated_fleet_runs_a_job(walk)
     # Its share of them: nodes placed on it (its load, reported every interval).
-    wait_until(lambda: edge_rows(walk)["edge-b"]["nodes"] > 0, 10, 0.2)
+    wait_until(lambda: edge_rows(walk)["edge-b"]["online"] > 0, 10, 0.2)
+    # Drained, as the section says: its simulated nodes move to the server's own edges.
+    walk.block(*own[3])
+    assert "edge-b: drained" in walk.output("pushjobs server drain edge-b --wait")
+    drained = edge_rows(walk)["edge-b"]
+    assert drained["draining"] and drained["online"] == 0, drained
 
 
 def edge_rows(walk: Walkthrough) -> dict[str, dict[str, object]]:

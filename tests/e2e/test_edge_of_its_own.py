@@ -16,7 +16,7 @@ import pytest
 
 from pushjobs.testbed.sandbox import Sandbox
 from server.core import rendezvous
-from tests.e2e.conftest import WHITELIST, Fleet
+from tests.e2e.conftest import WHITELIST, Fleet, run_cli
 from tests.support import wait_until
 
 NODES = [f"node-{i}" for i in range(1, 7)]
@@ -140,3 +140,32 @@ def test_a_nameless_edge_is_refused_with_exit_9(tmp_path: Path) -> None:
     config.write_text("[edge]\n")
     done = run_edge(config)
     assert done.returncode == 9 and "edge.name" in done.stderr, done
+
+
+def test_drained_mid_job_its_nodes_move_and_every_node_runs_once(fleet: Fleet) -> None:
+    before = fleet.call("server.info")["transitions"]["offline"]
+    wait_until(lambda: edges(fleet)[FAR]["online"] == len(on_far()), 10, 0.05)
+    job = fleet.start("count-slowly")
+    for node in NODES:
+        fleet.wait_node_state(job["job_id"], node, "running")
+    code, out, err = run_cli(
+        fleet.sandbox.client_config_path, "server", "drain", FAR, "--wait", "--timeout", "30"
+    )
+    assert code == 0 and f"edge {FAR}: drained" in out, (out, err)
+    done = fleet.wait_job(job["job_id"], timeout_s=60)
+    assert done["state"] == "complete", done
+    assert counts(fleet) == {node: ["x"] for node in NODES}
+    row = edges(fleet)[FAR]
+    assert row["live"] and row["draining"] and row["online"] == 0, row
+    assert row["counters"]["moved_away"] >= len(on_far()), row  # each was asked to move
+    assert fleet.call("server.info")["transitions"]["offline"] == before
+    again = fleet.start("stamp")
+    assert fleet.wait_job(again["job_id"])["summary"] == {"succeeded": len(NODES)}
+    # Undone: nodes may be placed on it again (when they next discover).
+    code, out, _ = run_cli(fleet.sandbox.client_config_path, "server", "drain", FAR, "--undo")
+    assert code == 0 and not edges(fleet)[FAR]["draining"], out
+
+
+def test_draining_an_edge_unknown_is_exit_8(fleet: Fleet) -> None:
+    code, _, err = run_cli(fleet.sandbox.client_config_path, "server", "drain", "nowhere")
+    assert code == 8 and "no edge 'nowhere' here" in err, err

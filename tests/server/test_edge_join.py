@@ -30,7 +30,7 @@ def pool(transport: Transport, curve, *, bind: str) -> EdgePool:
     return EdgePool(transport, curve, count=0, spec=SPEC, interval_s=1.0, now=0.0, bind=bind)
 
 
-def say_hello(transport: Transport, edges: EdgePool, curve, **hello: object) -> None:
+def say_hello(transport: Transport, edges: EdgePool, curve, **hello: object) -> zmq.Socket:
     dealer = transport.socket(
         "dealer",
         connect=bound_endpoint(edges.router),
@@ -39,6 +39,7 @@ def say_hello(transport: Transport, edges: EdgePool, curve, **hello: object) -> 
     )
     payload = {"edge": "far-1", "endpoints": {"heartbeat": "tcp://h:1", "reply": "tcp://h:2"}}
     dealer.send_multipart(edgewire.encode(edgewire.HELLO, {**payload, **hello}))
+    return dealer
 
 
 def received(edges: EdgePool) -> bool:
@@ -121,3 +122,34 @@ def test_on_sqlite_edges_join_on_loopback_only(bind: str, backend: str, refused:
             _edge_bind(config)
     else:
         assert _edge_bind(config) == bind
+
+
+def test_a_drained_edge_takes_no_node_and_is_told_which_to_move(transport: Transport) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    a = say_hello(transport, edges, curve, remote=True, edge="a")
+    say_hello(transport, edges, curve, remote=True, edge="b")
+    heard_until(edges, lambda: len(edges.live()) == 2)
+    placed = {f"node-{i}": edges.place(f"node-{i}") for i in range(200)}
+    on_a = sorted(n for n, p in placed.items() if p is not None and p[0] == "a")
+    assert on_a
+    edges.drain("a", 1.0, by="admin")
+    edges.tick(1.0)
+    kind, payload, _ = edgewire.decode(a.recv_multipart(), edgewire.TO_EDGE)
+    assert kind == edgewire.MOVE and sorted(payload) == on_a
+    # Rediscovering, they land on b; a is told to forget each.
+    assert all(edges.place(n) is not None and edges.edge_of(n) == "b" for n in on_a)
+    assert {r["edge"]: r["draining"] for r in edges.status()} == {"a": True, "b": False}
+    # Asked again only after a while, for the nodes still on it (none now).
+    edges.tick(2.0)
+    forgets = 0
+    while a.poll(100):
+        kind, _, _ = edgewire.decode(a.recv_multipart(), edgewire.TO_EDGE)
+        assert kind == edgewire.FORGET
+        forgets += 1
+    assert forgets == len(on_a)
+    # Every edge draining: a fleet that cannot discover is worse; placed on them anyway.
+    edges.drain("b", 3.0)
+    assert edges.place("node-new") is not None
+    edges.drain("a", 3.0, undo=True)
+    assert all(edges.place(f"x-{i}")[0] == "a" for i in range(20))  # type: ignore[index]
