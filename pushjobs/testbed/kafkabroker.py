@@ -307,6 +307,9 @@ class KafkaCluster:
     jars: Path | None = None
     start_timeout_s: float = START_TIMEOUT_S
     log_dirs: Mapping[int, Path] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    """The address clients reach the brokers at (listened on, advertised): another of
+    this machine's, for clients in a network namespace of the test's."""
     members: list[Node] = field(default_factory=list, init=False)
     cluster_id: str = field(default_factory=cluster_id, init=False)
 
@@ -327,7 +330,7 @@ class KafkaCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{node.port}" for node in self.members)
+        return ",".join(f"{self.host}:{node.port}" for node in self.members)
 
     def node(self, node_id: int) -> Node:
         for node in self.members:
@@ -380,9 +383,9 @@ class KafkaCluster:
                 "process.roles": "broker,controller",
                 "node.id": str(node.node_id),
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                "listeners": f"PLAINTEXT://{self.host}:{node.port},"
                 f"CONTROLLER://127.0.0.1:{node.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+                "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -453,7 +456,9 @@ class KafkaCluster:
                         f"{node.log_path}:\n{node.log_tail()}"
                     )
             for node_id in list(waiting):
-                problem = _serving(self.node(node_id), set(waiting) | self._running_ids())
+                problem = _serving(
+                    self.node(node_id), set(waiting) | self._running_ids(), self.host
+                )
                 if problem is None:
                     del waiting[node_id]
                 else:
@@ -544,7 +549,7 @@ def _bind_failed(node: Node) -> bool:
     return "Address already in use" in node.log_tail(20000)
 
 
-def _serving(node: Node, brokers: set[int]) -> str | None:
+def _serving(node: Node, brokers: set[int], host: str = "127.0.0.1") -> str | None:
     """None if ``node`` answers metadata on its own listener listing ``brokers``, else why not.
 
     A new client each time: one that knows other brokers may ask them instead.
@@ -552,12 +557,12 @@ def _serving(node: Node, brokers: set[int]) -> str | None:
     from pushjobs.log.kafka.kafka_client import RDKAFKA_LOGGER, load
 
     try:  # a refused connection answers at once; a metadata client would wait its timeout
-        socket.create_connection(("127.0.0.1", node.port), timeout=1.0).close()
+        socket.create_connection((host, node.port), timeout=1.0).close()
     except OSError as exc:
         return f"port {node.port}: {exc}"
     _, admin = load()
     client = admin.AdminClient(
-        {"bootstrap.servers": f"127.0.0.1:{node.port}", "logger": RDKAFKA_LOGGER}
+        {"bootstrap.servers": f"{host}:{node.port}", "logger": RDKAFKA_LOGGER}
     )
     try:
         listed = set(client.list_topics(timeout=1.0).brokers)

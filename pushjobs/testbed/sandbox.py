@@ -310,10 +310,13 @@ class Sandbox:
         await_ready(proc, "pushjobs-simulate", timeout_s)
         return proc
 
-    def start_edge(self, name: str, *, timeout_s: float = 30.0, **edge: object) -> Proc:
+    def start_edge(
+        self, name: str, *, timeout_s: float = 30.0, prefix: Sequence[str] = (), **edge: object
+    ) -> Proc:
         """A ``pushjobs-edge`` named ``name`` (``edge``: more of its ``[edge]`` table), with
         this sandbox's server identity and log; ready once it joined a leader that takes
-        edges (``[server] edge_bind``)."""
+        edges (``[server] edge_bind``). ``prefix`` runs it elsewhere (a test host's
+        ``ip netns exec NAME``)."""
         tables = self._server_tables()
         server = tables["server"]
         config = {
@@ -324,7 +327,7 @@ class Sandbox:
         path = self.root / "edges" / f"{name}.toml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(toml_text(config))
-        argv = [sys.executable, "-m", "server.edge.standalone", "--config", str(path)]
+        argv = [*prefix, sys.executable, "-m", "server.edge.standalone", "--config", str(path)]
         return self._start(name, argv, f"pushjobs-edge {name} ready", timeout_s)
 
     def _agent_argv(self, name: str) -> list[str]:
