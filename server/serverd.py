@@ -30,7 +30,6 @@ every node a full offline window from the moment it serves.
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import sys
 from collections import Counter
@@ -72,7 +71,13 @@ from server.shell.handshakes import Handshakes
 from server.shell.keyregistry import open_registries
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
-from server.shell.membership import EDGE_FIELDS, Membership, advertised_api
+from server.shell.membership import (
+    EDGE_FIELDS,
+    LOOPBACK,
+    Membership,
+    advertised_api,
+    advertised_channel,
+)
 from server.shell.nodeintake import BATCH, NodeIntake
 from server.shell.prometheus import PUBLISH_EVERY_S, MetricsEndpoint
 from server.shell.scheduler import Scheduler
@@ -164,9 +169,9 @@ class Server:
             )
             if section.edge_bind:
                 # Named on the control topic while this server leads (``pushjobs-edge``).
-                endpoint = advertised_api(bound_endpoint(self.edges.router), section.advertise_host)
+                channel = bound_endpoint(self.edges.router)
                 self.membership.edge = {
-                    "endpoint": endpoint,
+                    "endpoint": advertised_channel(channel, section.advertise_host),
                     **{k: spec[k] for k in EDGE_FIELDS if k != "endpoint"},
                 }
         self.nodes = NodeTable(self.liveness)
@@ -505,9 +510,6 @@ class Server:
             self.handshakes.close()  # its monitor socket first: the context waits for it
             self.transport.close()
             self.log.close()
-
-
-LOOPBACK = re.compile(r"tcp://(127\.[0-9.]+|localhost|\[::1\]):")
 
 
 def _edge_bind(config: ServerConfig) -> str:

@@ -110,6 +110,16 @@ def advertised_api(bound: str, host: str) -> str:
     return re.sub(r"^tcp://(\[[^]]*\]|[^:]+):", f"tcp://{host}:", bound) if host else bound
 
 
+LOOPBACK = re.compile(r"tcp://(127\.[0-9.]+|localhost|\[::1\]):")
+
+
+def advertised_channel(bound: str, host: str) -> str:
+    """The edge channel as named to edges: as ``advertised_api``, except that a channel
+    bound on loopback is named as bound (``advertise_host`` is where nodes reach the
+    server, which a loopback channel does not listen on)."""
+    return bound if LOOPBACK.match(bound) else advertised_api(bound, host)
+
+
 def record_key(name: str, incarnation: str, *, edge: bool = False) -> str:
     return f"{'edge' if edge else 'server'}:{name}:{incarnation}"
 

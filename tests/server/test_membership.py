@@ -23,6 +23,7 @@ from server.shell.membership import (
     Membership,
     Roster,
     advertised_api,
+    advertised_channel,
     decode,
 )
 
@@ -416,3 +417,16 @@ def test_edges_get_no_schedule_partitions() -> None:
     a, _ = two(clock)
     a.membership.roster.apply("edge:far-1:e1", edge_member(ts=clock.wall_ms()).encode())
     assert all(not name.startswith("far-1") for name in a.membership.live())
+
+
+@pytest.mark.parametrize(
+    ("bound", "host", "expected"),
+    [
+        # On loopback (SQLite): named as bound, whatever address the nodes are given.
+        ("tcp://127.0.0.1:7730", "10.0.0.5", "tcp://127.0.0.1:7730"),
+        ("tcp://0.0.0.0:7730", "10.0.0.5", "tcp://10.0.0.5:7730"),
+        ("tcp://10.0.0.7:7730", "", "tcp://10.0.0.7:7730"),
+    ],
+)
+def test_the_edge_channel_named_to_edges(bound: str, host: str, expected: str) -> None:
+    assert advertised_channel(bound, host) == expected
