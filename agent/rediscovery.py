@@ -19,7 +19,10 @@ most likely still the leader), or at the one after it when the agent is moving a
 from it (silence, not leading). A server that answers ``not_leader`` naming the leader's
 API endpoint (the reply is signed by the server key, so the name is trusted even when it
 is not in the configured list) is asked next, at once (``redirected``); at most
-``MAX_REDIRECTS`` in a row, so two standbys naming each other only cost backoff.
+``MAX_REDIRECTS`` in a row, so two standbys naming each other only cost backoff. A server
+that answered nothing is skipped once by the turn that would ask it next: a standby names
+the leader it knew, which may be the very server that stopped (paused, killed) while the
+standby takes over, and asking it again would cost a whole backoff more.
 
 A failed attempt makes the next one due after tenacity's random exponential backoff
 (``agent.discovery.backoff_s``). An accepted config stops the schedule until one of the
@@ -65,6 +68,7 @@ class DiscoverySchedule:
         self.current: str | None = None  # the endpoint that gave the config in force
         self.moving_on = False  # start at the server after ``current``
         self.redirect: str | None = None  # the leader a standby named: asked next
+        self.unanswered: str | None = None  # the endpoint of the last attempt, if silent
         self.redirects = 0
         self.not_leading = 0
 
@@ -82,6 +86,12 @@ class DiscoverySchedule:
             start = servers.index(self.current) + (1 if self.moving_on else 0)
         endpoint = servers[(start + self.attempts) % len(servers)]
         self.attempts += 1
+        if endpoint == self.unanswered and len(servers) > 1:
+            # It just answered nothing (most often: the leader a standby named, stopped or
+            # paused). The others first: one of them may lead by now.
+            endpoint = servers[(start + self.attempts) % len(servers)]
+            self.attempts += 1
+        self.unanswered = None
         return endpoint
 
     def redirected(self, leader: str | None, status: str, now: float) -> bool:
@@ -97,8 +107,10 @@ class DiscoverySchedule:
         self.due = now
         return news
 
-    def failed(self, status: str, now: float) -> bool:
-        """An attempt failed with ``status``: back off. True if the status is news."""
+    def failed(self, status: str, now: float, *, unanswered: str | None = None) -> bool:
+        """An attempt failed with ``status`` (``unanswered``: the endpoint that said
+        nothing at all): back off. True if the status is news."""
+        self.unanswered = unanswered
         news = status != self.last_status
         self.last_status = status
         self.redirects = 0

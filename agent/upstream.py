@@ -153,6 +153,7 @@ class Upstream:
             status = f"{endpoint}: {reply.status}: {reply.message}"
         else:
             return reply.config, endpoint
-        if self.schedule.failed(status, self.clock.monotonic()):
+        silent = endpoint if reply is None else None
+        if self.schedule.failed(status, self.clock.monotonic(), unanswered=silent):
             log.warning("config discovery: %s; retrying with backoff", status)
         return None

@@ -18,8 +18,9 @@ the node list: node i beats at phase i/K, with no per-node timer.
 Like an agent, it watches the server (``serverwatch``): while the server is offline it
 sends nothing and discards commands; on a new server incarnation every node rediscovers
 after a random splay; each node rediscovers when its config lifetime ends (not while it
-runs a job), and when a ping asks it to (its edge draining). It follows the leader as an agent does (``simleader``: a standby's redirect,
-the heartbeats' ``leader`` flag, a server that answers nothing). ``simdiscovery``
+runs a job), and when a ping asks it to (its edge draining). It follows the leader as an
+agent does (``simleader``: a standby's redirect, the heartbeats' ``leader`` flag, a
+server that answers nothing). ``simdiscovery``
 pipelines discovery, ``simfanout`` sends, ``simcontrol`` reads control lines from stdin.
 Killed at any line, a simulator loses all it holds, as killed agents would; restarted,
 it plays new incarnations that discover again.

@@ -113,3 +113,22 @@ def test_a_new_config_forgets_the_move_and_the_redirect() -> None:
     s.configured(config(), clock.monotonic(), "tcp://c")
     assert not s.is_due(clock.monotonic())
     assert s.next_server(SERVERS) == "tcp://c"
+
+
+def test_the_leader_a_standby_named_that_answers_nothing_is_not_asked_again_next() -> None:
+    # The leader stops (paused, killed): a standby, not leading yet, names it; it answers
+    # nothing. The next attempt goes to the standby again, which may lead by now, not
+    # back to the silent server (that cost a test's node its takeover grace).
+    clock = FakeClock()
+    servers = ["tcp://a", "tcp://b"]
+    s = on(clock, "tcp://a")
+    clock.advance(10)
+    assert s.review(config(), clock.monotonic(), busy=True, server_online=False)
+    assert s.next_server(servers) == "tcp://b"
+    s.redirected("tcp://a", "tcp://b: not the leader", clock.monotonic())
+    assert s.next_server(servers) == "tcp://a"
+    s.failed("no answer from tcp://a", clock.monotonic(), unanswered="tcp://a")
+    assert s.next_server(servers) == "tcp://b"
+    # Skipped once only: a server that answers something else is asked in its turn.
+    s.failed("tcp://b: busy", clock.monotonic())
+    assert s.next_server(servers) == "tcp://a"
