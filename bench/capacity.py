@@ -8,13 +8,14 @@ Costs are CPU seconds per heartbeat and per node of a job, for the leader, the e
 development VM (``--costs`` reads others: a ``Costs`` as JSON). The model is linear, as
 the measurements are from 10,000 to 100,000 nodes (docs/benchmarks.md):
 
-- heartbeats: K nodes at interval T send R = K/T a second; the edges spend R x
-  ``edge_per_heartbeat_s`` cores on them, the leader R x ``leader_per_heartbeat_s`` (it
-  hears only changes and edge reports: near nothing);
+- heartbeats: K nodes at interval T send R = K/T a second; E edges spend E x
+  ``edge_fixed_cpu`` plus R x ``edge_per_heartbeat_s`` cores on them, the leader R x
+  ``leader_per_heartbeat_s`` (it hears only changes and edge reports: near nothing);
 - a job on K nodes costs the leader K x ``leader_per_node_job_s`` on its one loop (its
   floor: nothing splits a job's coordination today) and each of E edges (K/E) x
   ``edge_per_node_job_s``; on a machine the simulators share, they cost theirs too, and
-  the job takes at least its total CPU over the cores the steady heartbeats leave free;
+  the job takes at least its total CPU over the cores the steady heartbeats leave free,
+  plus ``job_fixed_s`` of round trips;
 - memory: K x ``bytes_per_node``, all processes together.
 
 ``predict`` gives a test machine's figures (``bench/hosts.py`` checks them against what it
@@ -50,6 +51,11 @@ class Costs:
     """All server processes together, 100,000 nodes (9.3 KiB) to 50,000 (10.3 KiB)."""
     interval_s: float = 1.0
     """The heartbeat interval the costs were measured at."""
+    edge_fixed_cpu: float = 0.07
+    """What an edge costs with no heartbeat at all (its polls, reports, gathering waits),
+    in cores: bench/hosts.py sees three edges at 7-8 % each from 5,000 to 10,000 nodes."""
+    job_fixed_s: float = 0.4
+    """A job's time that is not CPU: the vote's and the run's round trips, turns."""
 
     def __str__(self) -> str:
         us = {k: v * 1e6 for k, v in asdict(self).items() if k.endswith("_s") and k != "interval_s"}
@@ -80,7 +86,7 @@ def predict(
     """What K nodes cost a machine of ``cores`` running the leader, ``edges`` edges and
     (``sims``) the simulators playing the fleet."""
     rate = k / (interval_s or costs.interval_s)
-    edges_cpu = rate * costs.edge_per_heartbeat_s
+    edges_cpu = edges * costs.edge_fixed_cpu + rate * costs.edge_per_heartbeat_s
     leader_cpu = rate * costs.leader_per_heartbeat_s
     sims_cpu = rate * costs.sim_per_heartbeat_s if sims else 0.0
     leader_job = k * costs.leader_per_node_job_s
@@ -88,7 +94,7 @@ def predict(
     sim_job = k * costs.sim_per_node_job_s if sims else 0.0
     free = max(0.05, cores - edges_cpu - leader_cpu - sims_cpu)
     # The slowest of: all the job's CPU on the cores left, the leader's one loop, an edge's.
-    job_s = max(
+    job_s = costs.job_fixed_s + max(
         (leader_job + edge_job + sim_job) / free,
         leader_job / max(0.05, 1 - leader_cpu),
         edge_job / edges / max(0.05, 1 - edges_cpu / edges),

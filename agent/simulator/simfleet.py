@@ -35,7 +35,7 @@ import random
 import sys
 import time
 from base64 import b64decode
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TextIO
@@ -68,6 +68,7 @@ MIN_TURN_S = 0.002  # heartbeats due within this are sent together
 MAX_TURN_S = 0.25
 PUSH_HWM = 100_000
 RETRY_PENDING_S = 5.0
+BEATS_REMEMBERED = 64  # server heartbeats recognised when another edge brings them again
 
 
 class Simulator:
@@ -104,6 +105,12 @@ class Simulator:
         self.cmd_inbox = _command_inbox(self._resolve_command, 30.0)
         self.curve = curve
         self.edge_links: dict[str, zmq.Socket[bytes]] = {}
+        # Each edge's heartbeats, watched apart (``_review_edges``): an agent watches the
+        # server through its own edge, and leaves it when that edge falls silent.
+        self.edge_subs: dict[str, zmq.Socket[bytes]] = {}
+        self.edge_heard: dict[str, float] = {}
+        self.beats_seen: set[bytes] = set()  # the last beats' signatures (``_once``)
+        self.beats_order: deque[bytes] = deque(maxlen=BEATS_REMEMBERED)
         self.link = ServerLink(self.transport, curve, server.curve_public, PUSH_HWM)
         self.cfg: m.NodeConfig | None = None
         self.server_incarnation = ""
@@ -152,6 +159,8 @@ class Simulator:
             poller.register(self.command, zmq.POLLIN)
             if self.link.sub is not None:
                 poller.register(self.link.sub, zmq.POLLIN)
+            for sub in self.edge_subs.values():
+                poller.register(sub, zmq.POLLIN)
             if self.control_in is not None:
                 poller.register(self.control_in.fd, zmq.POLLIN)
             ready = dict(poller.poll(round(self._wait_s() * 1000)))
@@ -165,7 +174,12 @@ class Simulator:
             for frames in drain(self.discovery.dealer, BATCH):
                 self._on_config(frames)
         if self.link.sub is not None and self.link.sub in ready:
-            self._on_server_beats(drain(self.link.sub, 256))
+            self._on_server_beats(self._once(drain(self.link.sub, 256)))
+        for endpoint, sub in list(self.edge_subs.items()):
+            if sub in ready:
+                self.edge_heard[endpoint] = time.monotonic()
+                # The server is alive through any edge.
+                self._on_server_beats(self._once(drain(sub, 256)))
         if self.command in ready:
             for frames in drain(self.command, BATCH):
                 self._on_command(frames)
@@ -177,6 +191,7 @@ class Simulator:
         if now >= self.next_scan:  # once a second: discovery timeouts, configs that expire
             self.next_scan = now + 1.0
             self._review_server(now)
+            self._review_edges(now)
             self.discovery.review(now, self.nodes, self.by_name)
         self.discovery.pump(now, _now_ms(), self.endpoint, self.s.facts, self.s.tags)
         push = self.link.push
@@ -246,6 +261,8 @@ class Simulator:
             self.command_keys.pop(node.key_ids.pop(0), None)
         node.configure(cfg.session_key_id, secret, now + cfg.lifetime_s)
         node.link = self._reply_link(cfg)
+        node.edge = cfg.heartbeat_endpoint
+        self._edge_sub(cfg.heartbeat_endpoint, now)
         self.choice.accepted(now)
         if not was:
             self.configured += 1
@@ -268,6 +285,61 @@ class Simulator:
                 server_public=self.s.server.curve_public,
             )
         return sock
+
+    def _once(self, batch: list[list[bytes]]) -> list[list[bytes]]:
+        """The server heartbeats of ``batch`` not heard yet: every edge re-publishes the
+        same signed frames, and the same beat through two edges is one beat, not a
+        replay."""
+        fresh = []
+        for frames in batch:
+            mark = frames[-1]
+            if mark in self.beats_seen:
+                continue
+            if len(self.beats_order) == self.beats_order.maxlen:
+                self.beats_seen.discard(self.beats_order[0])
+            self.beats_order.append(mark)
+            self.beats_seen.add(mark)
+            fresh.append(frames)
+        return fresh
+
+    def _edge_sub(self, endpoint: str, now: float) -> None:
+        if endpoint in self.edge_subs:
+            return
+        self.edge_subs[endpoint] = self.transport.socket(
+            "sub",
+            connect=endpoint,
+            hwm=100,
+            curve_client=self.curve,
+            server_public=self.s.server.curve_public,
+            subscribe=b"",
+        )
+        self.edge_heard[endpoint] = now  # a window to hear it in
+
+    def _review_edges(self, now: float) -> None:
+        """An edge silent for the offline window while the server is heard through the
+        others is lost: its nodes ask again, each after a splay, as agents whose edge
+        went quiet do (a silent server is ``_review_server``'s)."""
+        cfg = self.cfg
+        if cfg is None or len(self.edge_subs) < 2 or not self.watch.online:
+            return
+        window = cfg.interval_s * cfg.offline_threshold
+        lost = {ep for ep, heard in self.edge_heard.items() if now - heard > window}
+        if not lost or len(lost) == len(self.edge_subs):
+            return
+        moving = [node for node in self.nodes if node.edge in lost]
+        log.warning(
+            "edge %s silent for %.1f s: %d nodes ask again",
+            ", ".join(sorted(lost)),
+            window,
+            len(moving),
+        )
+        for node in moving:
+            node.edge = ""
+            self._at(self.rng.uniform(0, self.s.splay_s), node, partial(self.discovery.ask, node))
+        self.counters["edge_lost_moves"] += len(moving)
+        for endpoint in lost:
+            self.transport.close_socket(self.edge_subs.pop(endpoint))
+            del self.edge_heard[endpoint]
 
     def _apply_server_config(self, cfg: m.NodeConfig, now: float) -> None:
         old = self.cfg

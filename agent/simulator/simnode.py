@@ -142,6 +142,7 @@ class SimNode:
         "busy_tail",
         "capture",
         "config_until",
+        "edge",
         "header",
         "incarnation",
         "index",
@@ -181,6 +182,9 @@ class SimNode:
         # endpoint of its own (a server with edges places nodes by name); None: the
         # fleet's shared one. Opaque here: this module does no I/O.
         self.link: Any = None
+        # The heartbeat endpoint its config named (its edge's); "" once that edge is
+        # lost and it asks again.
+        self.edge = ""
 
     # --- session ------------------------------------------------------------------------
 

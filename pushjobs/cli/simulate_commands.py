@@ -158,7 +158,9 @@ def run(
     ] = 256,
     splay: Annotated[
         float,
-        typer.Option("--splay", min=0, help="Spread rediscovery after a server restart (s)."),
+        typer.Option(
+            "--splay", min=0, help="Spread rediscovery after a server restart or an edge lost (s)."
+        ),
     ] = 10.0,
     duration: Annotated[
         float | None,
