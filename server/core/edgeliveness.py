@@ -10,6 +10,13 @@ discovery splay: the time they take to notice and land on another edge). A node 
 another edge reports online meanwhile is released; one still unheard at the deadline
 goes offline, and its jobs judge it as they judge any silent node.
 
+A big edge's nodes take longer to land than the hold: they all ask the leader for a
+config at once, and it answers a few hundred a second (13,000 nodes of a cut-off edge took
+30 s; the hold was 11). So while they keep arriving the holds wait: none runs out before
+``MOVE_QUIET`` offline windows have passed without a held node landing, up to
+``MOVE_CAP`` holds in all from the loss. A node that is really gone is judged that much
+later, never earlier.
+
 The leader's own stall moves the holds later (``stall``), as it moves any deadline: a
 leader that was not running could not have read the other edges' reports either.
 """
@@ -20,18 +27,24 @@ from dataclasses import replace
 
 from pushjobs.protocol.liveness import LivenessTracker, PeerStatus, WentOffline, WentOnline
 
+MOVE_QUIET = 2.0  # offline windows without a held node landing: the move is over
+MOVE_CAP = 10.0  # holds, from the loss, that arrivals may stretch a hold to at most
+
 
 class EdgeLiveness(LivenessTracker):
     def __init__(self, interval_s: float, offline_threshold: int, online_threshold: int) -> None:
         super().__init__(interval_s, offline_threshold, online_threshold)
         self._edge_of: dict[str, str] = {}
         self._held: dict[str, float] = {}  # node -> when it goes offline, earliest first
+        self._landed = float("-inf")  # when a held node last came online again
+        self._cap = float("-inf")  # no hold is stretched past this
 
     def online(self, peer: str, edge: str, now: float) -> WentOnline | None:
         """``edge`` reports ``peer`` online (or took it over from a lost edge)."""
         self._advance(now)
         self._edge_of[peer] = edge
-        self._held.pop(peer, None)
+        if self._held.pop(peer, None) is not None:
+            self._landed = now  # the move goes on: the others are on their way
         # The base counts heartbeats towards the threshold; the edge already did.
         went = None
         for _ in range(self.online_threshold):
@@ -50,6 +63,7 @@ class EdgeLiveness(LivenessTracker):
         another edge reports them first. How many are held."""
         self._advance(now)
         until = now + hold_s
+        self._cap = max(self._cap, now + MOVE_CAP * hold_s)
         held = 0
         for peer in list(self._online):
             if self._edge_of.get(peer) == edge and peer not in self._held:
@@ -68,6 +82,8 @@ class EdgeLiveness(LivenessTracker):
         """Held nodes whose hold has run out go offline; nobody else expires here."""
         self._advance(now)
         due: list[WentOffline] = []
+        if now < self._moving_until():
+            return due  # held nodes are still landing: none is given up yet
         while self._held:
             peer, until = next(iter(self._held.items()))
             if until > now:
@@ -91,6 +107,12 @@ class EdgeLiveness(LivenessTracker):
         if by_s > 0:
             for peer in self._held:
                 self._held[peer] += by_s
+            self._landed += by_s
+            self._cap += by_s
+
+    def _moving_until(self) -> float:
+        """Until when held nodes count as still on their way (arrivals, capped)."""
+        return min(self._cap, self._landed + MOVE_QUIET * self.offline_after_s)
 
     def grant(self, now: float, extra_s: float = 0.0) -> None:
         self._advance(now)
@@ -109,5 +131,5 @@ class EdgeLiveness(LivenessTracker):
 
     def next_deadline(self) -> float | None:
         for until in self._held.values():
-            return until
+            return max(until, self._moving_until())
         return None

@@ -294,3 +294,34 @@ def test_an_edge_behind_sheds_stale_heartbeats_and_judges_nobody_a_window_after(
     assert intake.liveness.is_online("n1")  # its heartbeats were shed, not missing
     intake.expire(23.0)
     assert not intake.liveness.is_online("n1")
+
+
+def test_holds_wait_while_a_big_edges_nodes_keep_landing_then_run_out() -> None:
+    # 13,000 nodes of a cut-off edge took 30 s to land (the leader answers a few hundred
+    # configs a second); the hold was 11 s and they were crashed. Arrivals stretch it.
+    live = _liveness()  # offline window 3 s
+    nodes = [f"n{i}" for i in range(40)]
+    for node in nodes:
+        live.online(node, "e0", 0.0)
+    assert live.edge_lost("e0", 10.0, hold_s=8.0) == 40
+    for i, node in enumerate(nodes[:30]):  # one lands every second, past the 8 s hold
+        now = 11.0 + i
+        live.online(node, "e1", now)
+        assert live.expire(now) == [], now
+    # The last landed at 40 s: quiet for two windows (6 s) and the rest are given up.
+    assert live.next_deadline() == 46.0
+    assert live.expire(45.9) == []
+    assert sorted(w.peer for w in live.expire(46.0)) == sorted(nodes[30:])
+
+
+def test_arrivals_stretch_holds_no_further_than_their_cap() -> None:
+    live = _liveness()
+    for node in ("a", "b"):
+        live.online(node, "e0", 0.0)
+    live.edge_lost("e0", 0.0, hold_s=2.0)  # capped at 10 holds: 20 s
+    live.online("x", "e1", 0.0)
+    for t in range(1, 40):  # a trickle that never stops: other nodes keep landing
+        live.online(f"x{t}", "e0", 0.0)  # not held: no effect on the move
+    live.online("a", "e1", 19.0)  # a held node landed late: the move goes on...
+    assert live.expire(19.5) == []
+    assert [w.peer for w in live.expire(20.0)] == ["b"]  # ...but not past the cap
