@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -179,13 +181,28 @@ def one_size(k: int, args: argparse.Namespace, hosts: list[netns.TestHost], kafk
     return out
 
 
-def per_job(result: dict[str, Any], who: str) -> float:
-    jobs = result["jobs"]
+def steady(r: dict[str, Any], who: str) -> float:
+    """``who``'s CPU between jobs, in cores (the heartbeats, the polls)."""
+    per = r["heartbeat"]["cpu_pct_per_process"]
+    if who == "leader":
+        return float(per[0]) / 100
     if who == "edges":
-        return sum(
-            sum(v for n, v in j["cpu_s"].items() if n.startswith("host")) for j in jobs
-        ) / len(jobs)
-    return sum(j["cpu_s"][who] for j in jobs) / len(jobs)
+        return float(sum(per[1:])) / 100
+    return float(r["heartbeat"]["sim_cpu_pct"]) / 100
+
+
+def per_job(result: dict[str, Any], who: str) -> float:
+    """``who``'s CPU for a job, net of what it spends on heartbeats meanwhile (the
+    counters run over the whole job: its heartbeats are the steady part's)."""
+    jobs = result["jobs"]
+    total = 0.0
+    for j in jobs:
+        if who == "edges":
+            spent = sum(v for n, v in j["cpu_s"].items() if n.startswith("host"))
+        else:
+            spent = j["cpu_s"][who]
+        total += max(0.0, spent - steady(result, who) * j["client_wall_s"])
+    return total / len(jobs)
 
 
 def fit(a: dict[str, Any], b: dict[str, Any], hosts: int, interval_s: float) -> Costs:
@@ -194,14 +211,6 @@ def fit(a: dict[str, Any], b: dict[str, Any], hosts: int, interval_s: float) -> 
     on the smaller."""
     ka, kb = a["nodes"], b["nodes"]
     ra, rb = a["heartbeat"]["heartbeats_per_s"], b["heartbeat"]["heartbeats_per_s"]
-
-    def steady(r: dict[str, Any], who: str) -> float:
-        per = r["heartbeat"]["cpu_pct_per_process"]
-        if who == "leader":
-            return per[0] / 100
-        if who == "edges":
-            return sum(per[1:]) / 100
-        return r["heartbeat"]["sim_cpu_pct"] / 100
 
     def slope(ya: float, yb: float, xa: float, xb: float) -> float:
         return max(0.0, (yb - ya) / (xb - xa))
@@ -243,6 +252,8 @@ def main() -> None:
     why = netns.unavailable()
     if why is not None:
         raise SystemExit(f"no test hosts here: {why}")
+    # Stopped (SIGTERM), it still removes its test hosts and stops what it started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     sizes = [int(s) for s in args.sizes.split(",")]
     print(describe())
     print(f"{args.hosts} test hosts, one edge each; sizes {sizes}; {args.interval:g} s heartbeats")

@@ -12,10 +12,11 @@ goes offline, and its jobs judge it as they judge any silent node.
 
 A big edge's nodes take longer to land than the hold: they all ask the leader for a
 config at once, and it answers a few hundred a second (13,000 nodes of a cut-off edge took
-30 s; the hold was 11). So while they keep arriving the holds wait: none runs out before
-``MOVE_QUIET`` offline windows have passed without a held node landing, up to
-``MOVE_CAP`` holds in all from the loss. A node that is really gone is judged that much
-later, never earlier.
+30 s; the hold was 11; 6,591 of another landed only after 12 s). So a hold grows by a
+second per ``MOVE_RATE`` nodes held, and while they keep arriving the holds wait: none
+runs out before ``MOVE_QUIET`` offline windows have passed without a held node landing,
+up to ``MOVE_CAP`` holds in all from the loss. A node that is really gone is judged that
+much later, never earlier.
 
 The leader's own stall moves the holds later (``stall``), as it moves any deadline: a
 leader that was not running could not have read the other edges' reports either.
@@ -27,6 +28,7 @@ from dataclasses import replace
 
 from pushjobs.protocol.liveness import LivenessTracker, PeerStatus, WentOffline, WentOnline
 
+MOVE_RATE = 250.0  # nodes a second the leader is sure to place (it measured 300-600)
 MOVE_QUIET = 2.0  # offline windows without a held node landing: the move is over
 MOVE_CAP = 10.0  # holds, from the loss, that arrivals may stretch a hold to at most
 
@@ -62,14 +64,18 @@ class EdgeLiveness(LivenessTracker):
         """``edge`` is gone: its online nodes stay online until ``hold_s`` from now unless
         another edge reports them first. How many are held."""
         self._advance(now)
+        moving = [
+            peer
+            for peer in self._online
+            if self._edge_of.get(peer) == edge and peer not in self._held
+        ]
+        # They all ask the leader for a config at once: the more, the longer the last waits.
+        hold_s += len(moving) / MOVE_RATE
         until = now + hold_s
         self._cap = max(self._cap, now + MOVE_CAP * hold_s)
-        held = 0
-        for peer in list(self._online):
-            if self._edge_of.get(peer) == edge and peer not in self._held:
-                self._held[peer] = until
-                held += 1
-        return held
+        for peer in moving:
+            self._held[peer] = until
+        return len(moving)
 
     def held(self) -> int:
         return len(self._held)

@@ -3,6 +3,7 @@ leader's liveness with edges, and what an edge passes on of its nodes' heartbeat
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import AckCommit, NodeHeartbeat
 from pushjobs.protocol.signing import HmacSigner
-from server.core import edgewire, rendezvous
+from server.core import edgeliveness, edgewire, rendezvous
 from server.core.edgeliveness import EdgeLiveness
 from server.edge.edged import EdgeSpec
 from server.edge.edgeintake import BATCH as EDGE_BATCH
@@ -120,7 +121,10 @@ def test_a_reported_node_is_online_at_once_and_never_expires_on_its_own() -> Non
     assert live.next_deadline() is None
 
 
-def test_a_lost_edges_nodes_are_held_then_offline_unless_another_edge_reports_them() -> None:
+def test_a_lost_edges_nodes_are_held_then_offline_unless_another_edge_reports_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(edgeliveness, "MOVE_RATE", math.inf)  # the hold as given
     live = _liveness()
     for node, edge in (("a", "e0"), ("b", "e0"), ("c", "e1")):
         live.online(node, edge, 0.0)
@@ -133,7 +137,8 @@ def test_a_lost_edges_nodes_are_held_then_offline_unless_another_edge_reports_th
     assert live.is_online("a") and live.is_online("c") and not live.is_online("b")
 
 
-def test_the_leaders_stall_moves_the_holds() -> None:
+def test_the_leaders_stall_moves_the_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(edgeliveness, "MOVE_RATE", math.inf)  # the hold as given
     live = _liveness()
     live.online("a", "e0", 0.0)
     live.edge_lost("e0", 1.0, hold_s=5.0)
@@ -296,7 +301,10 @@ def test_an_edge_behind_sheds_stale_heartbeats_and_judges_nobody_a_window_after(
     assert not intake.liveness.is_online("n1")
 
 
-def test_holds_wait_while_a_big_edges_nodes_keep_landing_then_run_out() -> None:
+def test_holds_wait_while_a_big_edges_nodes_keep_landing_then_run_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(edgeliveness, "MOVE_RATE", math.inf)  # the hold as given
     # 13,000 nodes of a cut-off edge took 30 s to land (the leader answers a few hundred
     # configs a second); the hold was 11 s and they were crashed. Arrivals stretch it.
     live = _liveness()  # offline window 3 s
@@ -314,7 +322,8 @@ def test_holds_wait_while_a_big_edges_nodes_keep_landing_then_run_out() -> None:
     assert sorted(w.peer for w in live.expire(46.0)) == sorted(nodes[30:])
 
 
-def test_arrivals_stretch_holds_no_further_than_their_cap() -> None:
+def test_arrivals_stretch_holds_no_further_than_their_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(edgeliveness, "MOVE_RATE", math.inf)  # the hold as given
     live = _liveness()
     for node in ("a", "b"):
         live.online(node, "e0", 0.0)
@@ -325,3 +334,15 @@ def test_arrivals_stretch_holds_no_further_than_their_cap() -> None:
     live.online("a", "e1", 19.0)  # a held node landed late: the move goes on...
     assert live.expire(19.5) == []
     assert [w.peer for w in live.expire(20.0)] == ["b"]  # ...but not past the cap
+
+
+def test_the_more_nodes_a_lost_edge_held_the_longer_their_hold() -> None:
+    # 6,591 nodes of a cut-off edge landed only 12 s after the loss (they all asked the
+    # leader at once): the 11 s hold gave every one of them up.
+    live = _liveness()
+    nodes = [f"n{i}" for i in range(2500)]
+    for node in nodes:
+        live.online(node, "e0", 0.0)
+    live.edge_lost("e0", 0.0, hold_s=11.0)
+    assert live.next_deadline() == 11.0 + len(nodes) / edgeliveness.MOVE_RATE
+    assert live.expire(15.0) == []
