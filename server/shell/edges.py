@@ -257,6 +257,9 @@ class EdgePool:
             endpoints = {k: str(payload["endpoints"][k]) for k in ("heartbeat", "reply")}
         except (KeyError, TypeError) as exc:
             raise MalformedMessage(f"edge hello: {exc!r}") from exc
+        capacity = payload.get("capacity", 1.0)
+        if type(capacity) not in (int, float) or not MIN_CAPACITY <= capacity <= MAX_CAPACITY:
+            raise MalformedMessage(f"edge hello: capacity {str(capacity)[:20]} out of range")
         remote = payload.get("remote") is True
         state = self.edges.get(name)
         if remote and state is not None and not state.remote:
@@ -273,9 +276,6 @@ class EdgePool:
         state.route, state.endpoints, state.heard = route, endpoints, now
         state.keys_sent = state.keys_applied = 0  # a new process counts batches afresh
         state.incarnation = str(payload.get("incarnation", ""))
-        capacity = payload.get("capacity", 1.0)
-        if type(capacity) not in (int, float) or not MIN_CAPACITY <= capacity <= MAX_CAPACITY:
-            raise MalformedMessage(f"edge hello: capacity {str(capacity)[:20]} out of range")
         state.capacity = float(capacity)
         state.live = True
         self.by_route[route] = name

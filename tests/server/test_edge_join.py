@@ -102,6 +102,7 @@ def test_an_edge_not_invited_is_refused(transport: Transport, bind: str, hello) 
     say_hello(transport, edges, curve, **hello)
     heard_until(edges, lambda: edges.refused > 0)
     assert edges.refused == 1 and edges.live() == []
+    assert edges.edges == {}  # nothing of it kept: no row, no slot of MAX_EDGES taken
 
 
 @pytest.mark.parametrize(
