@@ -33,6 +33,9 @@ def edged(tmp_path: Path) -> Iterator[Fleet]:
     fleet = make_fleet(tmp_path, nodes=NODES, server_extra={"server": {"edges": 2}})
     try:
         fleet.wait_online()
+        # The edges report their counts every half interval: the tests pick a victim by
+        # them (CI once found every edge still at 0, right after the leader's count).
+        wait_until(lambda: sum(e["online"] for e in _edges(fleet)) == len(NODES), 10, 0.05)
         yield fleet
     finally:
         fleet.close()
