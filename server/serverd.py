@@ -52,7 +52,7 @@ from pushjobs.protocol.messages import ServerHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain, drain_from
-from server.core import edgewire
+from server.core import edgelease, edgewire
 from server.core.edgeliveness import EdgeLiveness
 from server.core.nodetable import NodeTable
 from server.front.api import ApiFront
@@ -484,6 +484,10 @@ class Server:
         )
         if self.edges is not None:
             self.edges.flush_keys()  # after the registry writes: the edges may admit them
+            leading_for_s = (
+                self.leadership.valid_until - now if self.leadership.acting(now) else 0.0
+            )
+            self.edges.grant(edgelease.grant_ms(self.config.liveness.interval_s, leading_for_s))
         for identity, frames in self.responder.take():
             self.channels.reply(identity, frames)
 

@@ -16,11 +16,15 @@ Leader -> edge (one message per kind and turn, lists inside: per batch, never pe
     revoke    nodes whose key was revoked: [node, [job ids to abort now]]
     send      one command kind for one job to many nodes: {kind, job, nodes, body}
     forget    nodes that now belong to another edge
+    move      nodes asked to rediscover: their edge is draining
+    grant     the edge's lease on sending commands: {sent: the stamp of the latest report
+              read, for_ms} (``server.core.edgelease``)
 
 Edge -> leader, per turn:
 
-    hello     the edge's name, its advertised endpoints, its pid
-    report    liveness changes (online, offline, restarted), the heartbeats the leader
+    hello     the edge's name, its advertised endpoints, its pid, a stamp (``sent``)
+    report    a stamp (``sent``: the edge's clock, echoed by the grant that answers it),
+              liveness changes (online, offline, restarted), the heartbeats the leader
               needs (``edgeforward``), and the edge's load; job replies follow as parts,
               each the body of a verified node message
 """
@@ -41,10 +45,11 @@ REVOKE = b"revoke"
 SEND = b"send"
 FORGET = b"forget"
 MOVE = b"move"  # ask these nodes to rediscover: their edge is draining
+GRANT = b"grant"  # the edge may send commands until its stamp plus for_ms
 HELLO = b"hello"
 REPORT = b"report"
 
-TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET, MOVE})
+TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET, MOVE, GRANT})
 TO_LEADER = frozenset({HELLO, REPORT})
 
 
@@ -60,6 +65,7 @@ class Report:
     replies: list[bytes] = field(default_factory=list)  # bodies of verified messages
     load: dict[str, Any] = field(default_factory=dict)
     keys_applied: int = 0  # the last batch of session keys the edge holds (``keys``)
+    sent: int | None = None  # the edge's stamp (``edgelease.stamp``), echoed in its grant
 
     def __bool__(self) -> bool:
         return bool(self.online or self.offline or self.restarted or self.beats or self.replies)
@@ -77,6 +83,7 @@ def encode_report(report: Report) -> list[bytes]:
         "beats": report.beats,
         "load": report.load,
         "keys_applied": report.keys_applied,
+        "sent": report.sent,
     }
     return [REPORT, orjson.dumps(head), *report.replies]
 
@@ -109,6 +116,28 @@ def decode_report(payload: Any, rest: list[bytes]) -> Report:
             replies=rest,
             load=dict(payload.get("load") or {}),
             keys_applied=int(payload.get("keys_applied", 0)),
+            sent=stamp_of(payload),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedMessage(f"edge report: {exc!r}") from exc
+
+
+def stamp_of(payload: Any) -> int | None:
+    """A hello's or report's stamp, if it carries a whole number (a bool is not one)."""
+    sent = payload.get("sent")
+    return sent if type(sent) is int else None
+
+
+def encode_grant(sent: int, for_ms: int) -> list[bytes]:
+    return encode(GRANT, {"sent": sent, "for_ms": for_ms})
+
+
+def decode_grant(payload: Any) -> tuple[int, int]:
+    """(stamp, for_ms) of a grant; MalformedMessage if either is not a whole number."""
+    try:
+        sent, for_ms = payload["sent"], payload["for_ms"]
+    except (KeyError, TypeError) as exc:
+        raise MalformedMessage(f"edge grant: {exc!r}") from exc
+    if type(sent) is not int or type(for_ms) is not int:
+        raise MalformedMessage("edge grant: stamp and duration must be whole numbers")
+    return sent, for_ms

@@ -11,6 +11,9 @@ session keys the leader issued to its nodes, and connects to the leader's edge c
 2. carry out the leader's instructions: re-publish its signed heartbeat, take new session
    keys, seal and send commands (one instruction per job and kind, fanned out here, each
    command signed with its node's session key), forget nodes, abort a revoked node's jobs;
+   job commands only while the leader's grant holds (``server.core.edgelease``): an edge
+   cut off from its leader but not from its nodes stops sending them before the leader
+   counts it lost and has its nodes served elsewhere, and its commands wait meanwhile;
 3. time: expire silent nodes (never on an unread queue, never across the edge's own
    stall), retire superseded keys, tell nodes heard under a retired key to rediscover;
 4. report to the leader: liveness changes, the heartbeats it needs, the job replies, and
@@ -55,7 +58,7 @@ from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.protocol.template import BodyTemplate
 from pushjobs.transport.sockets import CurveKeys, Transport, drain
-from server.core import edgewire
+from server.core import edgelease, edgewire
 from server.edge.edgeintake import BATCH, EdgeIntake
 from server.front.sessions import SessionKey, SessionKeys
 from server.shell.channels import Channels, advertised
@@ -176,6 +179,8 @@ class Edge:
         self.keys_applied = 0
         self.acknowledge = False
         self.fanouts: deque[_FanOut] = deque()
+        self.lease = edgelease.CommandLease(spec.interval_s)
+        self.fenced_at: float | None = None  # when commands began waiting for a grant
         self.moving: deque[str] = deque()  # nodes to ask to rediscover (``MOVE``)
         self.pinged: dict[str, float] = {}
         self.counters: Counter[str] = Counter()
@@ -200,7 +205,9 @@ class Edge:
         poller.register(self.channels.replies, zmq.POLLIN)
         poller.register(self.channels.heartbeat, zmq.POLLIN)
         poller.register(self.leader, zmq.POLLIN)
-        self._send(edgewire.encode(edgewire.HELLO, self._hello()))
+        # Stamped like a report: the leader grants this edge its first lease at once.
+        hello = {**self._hello(), "sent": edgelease.stamp(time.monotonic())}
+        self._send(edgewire.encode(edgewire.HELLO, hello))
         self.out.write(
             f"pushjobs-edge {self.spec.name} ready heartbeat={self.endpoints['heartbeat']} "
             f"reply={self.endpoints['reply']}\n"
@@ -222,8 +229,8 @@ class Edge:
                 time.sleep(GATHER_S)
 
     def _next_deadline(self, now: float) -> float:
-        if self.fanouts:
-            return now  # commands to send: no waiting
+        if self.fanouts and self.lease.valid(now):
+            return now  # commands to send: no waiting (fenced, they wait for a grant)
         due = [self.next_load, now + (MOVE_PACE_S if self.moving else MAX_WAIT_S)]
         deadline = self.liveness.next_deadline()
         if deadline is not None:
@@ -282,6 +289,7 @@ class Edge:
     def report(self, now: float) -> None:
         report = self.intake.take_report()
         report.keys_applied = self.keys_applied
+        report.sent = edgelease.stamp(time.monotonic())
         if now >= self.next_load:
             report.load = self.last_load = self._load(now)
             self.next_load = now + self.spec.interval_s / 2
@@ -312,6 +320,8 @@ class Edge:
                     self._forget(str(node), now)
             elif kind == edgewire.REVOKE:
                 self._revoke(payload, now, now_ms)
+            elif kind == edgewire.GRANT:
+                self.lease.grant(*edgewire.decode_grant(payload))
             elif kind == edgewire.MOVE:
                 # Draining: these nodes are asked to rediscover, a few per turn (their
                 # config requests must not arrive at the leader all at once).
@@ -383,6 +393,8 @@ class Edge:
     def _send_some(self, now: float, now_ms: int) -> None:
         """Send up to ``FANOUT_PER_TURN`` queued commands: a 100,000-node fan-out takes
         seconds, and the loop must go on reading (and reporting: a silent edge is lost)."""
+        if not self.fanouts or not self._leased(now):
+            return
         budget = FANOUT_PER_TURN
         while self.fanouts and budget > 0:
             fan = self.fanouts[0]
@@ -392,6 +404,28 @@ class Edge:
             self._send_commands(fan, chunk, now, now_ms)
             if fan.next >= len(fan.nodes):
                 self.fanouts.popleft()
+
+    def _leased(self, now: float) -> bool:
+        """Whether the leader's grant holds, said in the log when that changes."""
+        if self.lease.valid(now):
+            if self.fenced_at is not None:
+                log.info(
+                    "edge %s: granted again after %.1f s; sending its commands",
+                    self.spec.name,
+                    now - self.fenced_at,
+                )
+                self.fenced_at = None
+            return True
+        if self.fenced_at is None:
+            self.fenced_at = now
+            self.counters["fenced"] += 1
+            log.warning(
+                "edge %s: fenced: no grant from the leader for %.1f s; %d commands wait",
+                self.spec.name,
+                self.lease.lapsed_for(now),
+                sum(len(f.nodes) - f.next for f in self.fanouts),
+            )
+        return False
 
     def _message(self, fan: _FanOut, sequence: int, now_ms: int, node: str) -> Message:
         """The command ``fan`` sends ``node``, as a message."""
@@ -492,9 +526,15 @@ class Edge:
             "heartbeat_lag_ms": {str(ms): n for ms, n in enumerate(lag) if n},
             "command_sockets": self.channels.command_sockets,
             "command_drops": self.channels.command_drops,
+            "fenced": not self.lease.valid(now),  # no grant holds: commands would wait
         }
 
     def close(self) -> None:
+        waiting = sum(len(f.nodes) - f.next for f in self.fanouts)
+        if waiting:
+            # Held back by the fence, or cut short: the leader sends them again through
+            # whichever edge serves these nodes next.
+            log.warning("edge %s: %d commands not sent", self.spec.name, waiting)
         self.transport.close()
 
 

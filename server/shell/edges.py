@@ -15,6 +15,12 @@ topic, and a hello that says ``remote`` under a new name adds that edge to the p
 placed on like the others, lost like them when silent, and never started again here (its
 operator, or its unit, does that); its name may not be one of this server's own edges.
 
+Fencing: the leader answers each edge's reports with a grant (``server.core.edgelease``)
+that lets it send job commands a little less long than the silence after which the
+leader counts it lost, and no longer than the leader's own lease: an edge cut off from
+the leader falls silent for commands before its nodes are served by another edge. A
+server that does not lead grants nothing.
+
 Assignment: a node is placed at discovery on the live edge that rendezvous hashing
 (``server.core.rendezvous``) picks from its name, and that edge gets its session key
 before the node gets its config. Reports about a node from any other edge are ignored:
@@ -41,13 +47,13 @@ import zmq
 
 from pushjobs.errors import MalformedMessage
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
-from server.core import edgewire, rendezvous
+from server.core import edgelease, edgewire, rendezvous
 from server.core.edgewire import Report
 from server.core.rendezvous import MAX_CAPACITY, MIN_CAPACITY
 
 log = logging.getLogger("pushjobs.server")
 
-LOST_AFTER = 3.0  # intervals of silence: an edge reports twice an interval
+LOST_AFTER = edgelease.LOST_AFTER_INTERVALS  # of silence: an edge reports twice an interval
 START_GRACE_S = 20.0  # to say hello after it was started
 RESTART_MIN_S = 0.5
 RESTART_MAX_S = 30.0
@@ -86,6 +92,7 @@ class EdgeState:
     capacity: float = 1.0  # its weight in the rendezvous (an edge of its own may say)
     draining: bool = False  # placed on no more; its nodes asked to move (``drain``)
     next_move: float = 0.0  # when its remaining nodes are asked again
+    to_grant: int | None = None  # the stamp of the latest report read, not yet granted
 
 
 class EdgePool:
@@ -245,6 +252,8 @@ class EdgePool:
                     state.load = report.load
                 self._applied(state, report.keys_applied, now_ms)
                 if state.live:
+                    if report.sent is not None:
+                        state.to_grant = max(report.sent, state.to_grant or report.sent)
                     out.append((name, report))
             except MalformedMessage as exc:
                 self.refused += 1
@@ -277,6 +286,7 @@ class EdgePool:
         state.keys_sent = state.keys_applied = 0  # a new process counts batches afresh
         state.incarnation = str(payload.get("incarnation", ""))
         state.capacity = float(capacity)
+        state.to_grant = edgewire.stamp_of(payload)
         state.live = True
         self.by_route[route] = name
         log.info(
@@ -295,6 +305,15 @@ class EdgePool:
         except zmq.ZMQError:
             return False
         return True
+
+    def grant(self, for_ms: int) -> None:
+        """Answer the reports read since the last call: each live edge that sent one may
+        send commands for ``for_ms`` from its latest one's stamp (0: nothing granted, as
+        from a server that does not lead)."""
+        for state in self.edges.values():
+            if state.to_grant is not None and state.live and for_ms > 0:
+                self.send(state.name, edgewire.encode_grant(state.to_grant, for_ms))
+            state.to_grant = None
 
     def broadcast(self, frames: list[bytes]) -> None:
         for state in self.edges.values():

@@ -154,3 +154,53 @@ def test_a_drained_edge_takes_no_node_and_is_told_which_to_move(transport: Trans
     assert edges.place("node-new") is not None
     edges.drain("a", 3.0, undo=True)
     assert all(edges.place(f"x-{i}")[0] == "a" for i in range(20))  # type: ignore[index]
+
+
+def grants(dealer: zmq.Socket) -> list[tuple[int, int]]:
+    out = []
+    while dealer.poll(200, zmq.POLLIN):
+        kind, payload, _ = edgewire.decode(dealer.recv_multipart(), edgewire.TO_EDGE)
+        if kind == edgewire.GRANT:
+            out.append(edgewire.decode_grant(payload))
+    return out
+
+
+def report(dealer: zmq.Socket, sent: int) -> None:
+    dealer.send_multipart(edgewire.encode_report(edgewire.Report(sent=sent)))
+
+
+def test_the_leader_grants_each_edge_from_the_latest_stamp_it_read(transport: Transport) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    dealer = say_hello(transport, edges, curve, remote=True, sent=1000)
+    heard_until(edges, lambda: edges.live() == ["far-1"])
+    edges.grant(2500)
+    assert grants(dealer) == [(1000, 2500)]  # its first lease, at once
+    for sent in (1100, 1300, 1200):  # out of order on the way: the latest counts
+        report(dealer, sent)
+    heard_until(edges, lambda: edges.edges["far-1"].to_grant == 1300)
+    edges.grant(2000)
+    assert grants(dealer) == [(1300, 2000)]
+    edges.grant(2000)  # nothing read since: nothing to answer
+    assert grants(dealer) == []
+
+
+def test_a_server_that_does_not_lead_or_an_edge_lost_is_granted_nothing(
+    transport: Transport,
+) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    dealer = say_hello(transport, edges, curve, remote=True, sent=1000)
+    heard_until(edges, lambda: edges.live() == ["far-1"])
+    edges.grant(0)
+    assert grants(dealer) == []
+    assert edges.tick(100.0) == ["far-1"]  # silent past its window: lost
+    report(dealer, 5000)
+
+    def read_at_200() -> bool:
+        edges.receive(200.0, 200_000)
+        return edges.edges["far-1"].heard == 200.0
+
+    wait_until(read_at_200, 5, 0.01)  # its report read, after the loss
+    edges.grant(2500)
+    assert grants(dealer) == []
