@@ -7,6 +7,11 @@ namespace and reaches this machine at ``near``; processes here reach it at ``far
 ``cut()`` takes the link down (the test host is cut off from this machine and everything
 behind it, as a host whose network failed) and ``join()`` brings it back.
 
+``second_link()`` gives the test host another link to this machine (its own /30, its
+own pair): a test that sends some traffic over each can cut one and keep the other, as a
+host partitioned from some peers but not from others (an edge that still hears its
+nodes but no longer its leader or the log).
+
 Making namespaces needs root and iproute2; ``unavailable()`` says why not, for a test to
 skip with. Every address is in 10.231.0.0/16, a /30 per host, numbered from the creating
 process's pid so that two runs on one machine do not collide. Killed at any line: a
@@ -52,6 +57,34 @@ class TestHost:
     far: str  # the test host's
     near_dev: str
     index: int
+    second: Link | None = None
+
+    def second_link(self) -> Link:
+        """Another link between the test host and this machine (made once, kept)."""
+        if self.second is None:
+            tag, i = os.getpid() % 100_000, self.index
+            # A /30 of 10.231.0.0/16 in the upper half: the first links use the lower.
+            base = (128 + os.getpid() % 60) * 256 + i * 4
+            link = Link(
+                near=f"10.231.{base // 256}.{base % 256 + 1}",
+                far=f"10.231.{base // 256}.{base % 256 + 2}",
+                near_dev=f"pjh{tag}y{i}",
+            )
+            far_dev = f"pjn{tag}y{i}"
+            _ip("link", "del", link.near_dev, check=False)
+            try:
+                _ip("link", "add", link.near_dev, "type", "veth", "peer", "name", far_dev)
+                _ip("link", "set", far_dev, "netns", self.name)
+                _ip("addr", "add", f"{link.near}/30", "dev", link.near_dev)
+                _ip("link", "set", link.near_dev, "up")
+                inside = ["netns", "exec", self.name, "ip"]
+                _ip(*inside, "addr", "add", f"{link.far}/30", "dev", far_dev)
+                _ip(*inside, "link", "set", far_dev, "up")
+            except SandboxError:
+                link.remove()
+                raise
+            self.second = link
+        return self.second
 
     def argv(self) -> list[str]:
         """The prefix that runs a command inside the test host."""
@@ -65,6 +98,26 @@ class TestHost:
 
     def remove(self) -> None:
         _ip("netns", "del", self.name, check=False)  # its end of the pair goes with it
+        _ip("link", "del", self.near_dev, check=False)
+        if self.second is not None:
+            self.second.remove()
+
+
+@dataclass
+class Link:
+    """A test host's second link: this machine at ``near``, the test host at ``far``."""
+
+    near: str
+    far: str
+    near_dev: str
+
+    def cut(self) -> None:
+        _ip("link", "set", self.near_dev, "down")
+
+    def join(self) -> None:
+        _ip("link", "set", self.near_dev, "up")
+
+    def remove(self) -> None:
         _ip("link", "del", self.near_dev, check=False)
 
 

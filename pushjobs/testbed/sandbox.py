@@ -320,7 +320,8 @@ class Sandbox:
         tables = self._server_tables()
         server = tables["server"]
         config = {
-            "edge": {"name": name, **edge},
+            # Any free port for its metrics: edges and servers here share one host.
+            "edge": {"name": name, "metrics_bind": "127.0.0.1:0", **edge},
             "server": {k: server[k] for k in ("name", "key_file", "leader_session_s")},
             "log": tables["log"],
         }

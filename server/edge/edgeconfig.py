@@ -6,6 +6,7 @@
     advertise_host = "10.0.0.12"     # the host its nodes connect to (default: bind_host)
     port_base = 7720                 # heartbeat on this port, replies on the next; 0: any
     capacity = 1.0                   # its share of the nodes (the leader's own edges: 1.0)
+    metrics_bind = "127.0.0.1:9466"  # Prometheus endpoint (a server's: 9464); port 0: any, "": off
     [server]    name, key_file       # the installation's server identity (nodes pin it)
                 leader_session_s     # as the servers have it: how stale a leader's record is
     [log]       backend, path, bootstrap_servers, topic_prefix, ...   # as the servers'
@@ -22,8 +23,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
 from server.core.rendezvous import MAX_CAPACITY, MIN_CAPACITY
+from server.shell.prometheus import parse_bind
 from server.shell.serverconfig import ServerSection
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -45,6 +48,9 @@ class EdgeSection:
     capacity: float = 1.0
     """Its share of the nodes against the other edges' (each of the leader's own is 1.0):
     2.0 takes about twice the nodes of an edge of 1.0 (weighted rendezvous hashing)."""
+    metrics_bind: str = "127.0.0.1:9466"
+    """Its Prometheus endpoint, ``host:port``: beside a server's 9464 on the same host;
+    port 0 any free port, ``""`` off (``server.edge.edgemetrics``)."""
 
     def check(self) -> Iterable[tuple[str, str]]:
         if not NAME.fullmatch(self.name):
@@ -55,6 +61,10 @@ class EdgeSection:
             yield "capacity", f"must be from {MIN_CAPACITY} to {MAX_CAPACITY:g}"
         if self.bind_host in ("0.0.0.0", "*", "::") and not self.advertise_host:
             yield "advertise_host", "required when bind_host is every interface"
+        try:
+            parse_bind(self.metrics_bind)
+        except ConfigError as exc:
+            yield "metrics_bind", exc.problem
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ On SQLite the log is a file on the leader's host, so the edge runs there too: th
 must exist (an edge never creates a log), and the leader binds its edge channel on
 loopback only. Edges on other hosts need Kafka.
 
+Its metrics (``server.edge.edgemetrics``, ``[edge] metrics_bind``) are served from one
+endpoint started before the first leader is looked for and kept through every edge:
+``serve`` tells it which edge runs for which leader, and that none does while it looks.
+
 Exit codes: 0 stopped (SIGTERM, SIGINT), 1 failed, 2 bad arguments, 9 bad configuration.
 """
 
@@ -43,6 +47,7 @@ from pushjobs.log.base import OrderedLog
 from pushjobs.log.factory import open_log
 from server.edge.edgeconfig import CONFIG_FILE, EdgeConfig
 from server.edge.edged import Edge, EdgeSpec
+from server.edge.edgemetrics import EdgeMetrics
 from server.shell.membership import EDGE, STALE_SESSIONS, Member, Roster
 
 log = logging.getLogger("pushjobs.edge")
@@ -184,9 +189,11 @@ def open_edge_log(config: EdgeConfig) -> OrderedLog:
         raise
 
 
-def serve(config: EdgeConfig, stopping: threading.Event, running: list[Edge]) -> None:
+def serve(
+    config: EdgeConfig, stopping: threading.Event, running: list[Edge], metrics: EdgeMetrics
+) -> None:
     """Edges for one leader after another, until ``stopping``; the one serving is in
-    ``running`` (for the signal handler)."""
+    ``running`` (for the signal handler), and in ``metrics`` with its leader."""
     ordered = open_edge_log(config)
     try:
         stale_ms = round(STALE_SESSIONS * config.server.leader_session_s * 1000)
@@ -217,10 +224,14 @@ def serve(config: EdgeConfig, stopping: threading.Event, running: list[Edge]) ->
             )
             edge = Edge(spec_for(config, leader))
             running.append(edge)
+            # No publishing thread: a scrape reads the edge's own last load, which its
+            # loop replaces every half interval (``edgemetrics``), as fresh as it gets.
+            metrics.follow((edge, leader))
             try:
                 with Pong(config, edge, leader, finder.topic, pong_every_s):
                     edge.run()
             finally:
+                metrics.follow(None)  # serving 0 until the next leader is joined
                 running.remove(edge)
                 edge.close()
             if not edge.leader_gone:
@@ -237,7 +248,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="A pushjobs edge of its own: reads the heartbeats and replies of a share "
         "of the fleet and sends its commands, for whichever server leads. It finds the "
         "leader on the log's control topic (the leader needs [server] edge_bind).",
-        epilog="Exit codes: 0 stopped (SIGTERM), 1 failed, 9 bad configuration.\n"
+        epilog="Metrics for Prometheus at http://HOST:PORT/metrics: [edge] metrics_bind "
+        '(default 127.0.0.1:9466; "" turns them off).\n'
+        "Exit codes: 0 stopped (SIGTERM), 1 failed, 9 bad configuration.\n"
         f"Example: {PROGRAM} --config /etc/pushjobs/edge.toml --log-format json",
     )
     parser.add_argument(
@@ -280,10 +293,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, hup)
     log.info("%s %s starting (pid %d)", PROGRAM, __version__, os.getpid())
+    # Started once, before any leader is found: it says "serving 0" while none is, and
+    # outlives every edge. A port already taken is logged and the edge serves on.
+    metrics = EdgeMetrics(config.edge.metrics_bind)
+    metrics.start()
     try:
-        serve(config, stopping, running)
+        serve(config, stopping, running, metrics)
     except PushJobsError as exc:
         _fail(exc)
+    finally:
+        metrics.close()
     raise SystemExit(int(Exit.OK))
 
 

@@ -72,15 +72,15 @@ def families(info: Mapping[str, Any]) -> Iterator[Metric]:
     server = InfoMetricFamily("pushjobs_server", "This server's name and incarnation.")
     server.add_metric([], {"server_id": str(info["server_id"]), "incarnation": info["incarnation"]})
     yield server
-    yield _gauge("pushjobs_leader", "1 while this server holds the leader lease.", info["leader"])
+    yield gauge("pushjobs_leader", "1 while this server holds the leader lease.", info["leader"])
     if info.get("epoch") is not None:
-        yield _gauge("pushjobs_epoch", "The leader epoch this server writes with.", info["epoch"])
-    yield _gauge(
+        yield gauge("pushjobs_epoch", "The leader epoch this server writes with.", info["epoch"])
+    yield gauge(
         "pushjobs_server_start_time_seconds",
         "When the server started, in seconds since the Unix epoch.",
         info["started_ms"] / 1000,
     )
-    yield _gauge("pushjobs_uptime_seconds", "Seconds since the server started.", info["uptime_s"])
+    yield gauge("pushjobs_uptime_seconds", "Seconds since the server started.", info["uptime_s"])
     yield _labelled(
         GaugeMetricFamily("pushjobs_nodes", "Nodes by state.", labels=["state"]), info["nodes"]
     )
@@ -107,8 +107,8 @@ def families(info: Mapping[str, Any]) -> Iterator[Metric]:
         ),
         info["transitions"],
     )
-    yield _heartbeat_lag(info["heartbeat_lag_ms"])
-    yield _gauge(
+    yield heartbeat_lag(info["heartbeat_lag_ms"])
+    yield gauge(
         "pushjobs_log_writable",
         "0 while the ordered log refuses writes (the server stands by), else 1.",
         info.get("log_outage") is None,
@@ -117,11 +117,11 @@ def families(info: Mapping[str, Any]) -> Iterator[Metric]:
     if append is not None:
         yield from _log_append(append)
     yield from _gc(info.get("gc") or {})
-    yield from _edges(info.get("edges") or [])
+    yield from edges_of(info.get("edges") or [])
     yield from _scalars(info)
 
 
-def _edges(edges: list[Mapping[str, Any]]) -> Iterator[Metric]:
+def edges_of(edges: list[Mapping[str, Any]]) -> Iterator[Metric]:
     """Per edge: serving, its nodes, lag, whether it is behind, how often it was lost."""
     if not edges:
         return
@@ -160,7 +160,7 @@ def _edges(edges: list[Mapping[str, Any]]) -> Iterator[Metric]:
     yield from families.values()
 
 
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=float(value))
 
 
@@ -181,7 +181,7 @@ def _le(bound_s: float) -> str:
     return str(float(bound_s))
 
 
-def _heartbeat_lag(sparse_ms: Mapping[str, int]) -> Metric:
+def heartbeat_lag(sparse_ms: Mapping[str, int]) -> Metric:
     """The intake's 1 ms histogram, regrouped into a few cumulative buckets."""
     lags = sorted((int(ms), n) for ms, n in sparse_ms.items())
     buckets = [
@@ -231,7 +231,7 @@ def _gc(gc: Mapping[str, Any]) -> Iterator[Metric]:
         paused.add_metric([str(gen)], gc["pause_total_ms"][gen] / 1000)
         longest.add_metric([str(gen)], gc["pause_max_ms"][gen] / 1000)
     yield from (collections, paused, longest)
-    yield _gauge(
+    yield gauge(
         "pushjobs_gc_frozen_objects",
         "Objects moved out of the collector's reach after a full collection.",
         gc["frozen_objects"],
@@ -240,7 +240,7 @@ def _gc(gc: Mapping[str, Any]) -> Iterator[Metric]:
 
 def _scalars(info: Mapping[str, Any]) -> Iterator[Metric]:
     enrolment, watches = info["enrolment"], info["watches"]
-    yield _gauge(
+    yield gauge(
         "pushjobs_command_sockets", "Open command sockets to nodes.", info["command_sockets"]
     )
     yield _counter(
@@ -248,7 +248,7 @@ def _scalars(info: Mapping[str, Any]) -> Iterator[Metric]:
         "Offline checks put off because heartbeats were still queued.",
         info["expiry_deferred"],
     )
-    yield _gauge(
+    yield gauge(
         "pushjobs_backlog",
         "1 while messages from nodes wait to be read (the server is behind), else 0.",
         int(bool(info.get("backlog"))),
@@ -258,9 +258,9 @@ def _scalars(info: Mapping[str, Any]) -> Iterator[Metric]:
         "Times the server could not read for longer than a heartbeat interval.",
         info.get("stalls", 0),
     )
-    yield _gauge("pushjobs_watches_parked", "job.watch requests waiting.", watches["parked"])
+    yield gauge("pushjobs_watches_parked", "job.watch requests waiting.", watches["parked"])
     yield _counter("pushjobs_watches_refused", "job.watch requests over a cap.", watches["refused"])
-    yield _gauge(
+    yield gauge(
         "pushjobs_enrolment_queued", "Unknown keys waiting to be written.", enrolment["queued"]
     )
     yield _counter("pushjobs_enrolment_refused", "Config requests refused.", enrolment["refused"])

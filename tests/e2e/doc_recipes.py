@@ -54,7 +54,7 @@ EXPORT = re.compile(r"^export ([A-Z_]+)=(.*)$")
 FILE_LINE = re.compile(r"^# ([~/]\S*\.(?:toml|env)):?(\s|$)")
 KEY_LINE = re.compile(r"^([A-Za-z0-9_.\"-]+)\s*=")
 # The docs' ports: server A, server B (``server-b.toml``), the node, the metrics.
-PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7730", "7800", "9464", "9465")
+PORTS = ("7700", "7701", "7702", "7710", "7711", "7712", "7730", "7800", "9464", "9465", "9466")
 
 Wait = Callable[["Walkthrough"], bool]
 

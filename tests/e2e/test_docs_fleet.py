@@ -16,6 +16,8 @@ import json
 import re
 import tomllib
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.e2e.doc_recipes import (
     DOCS,
     FLEET,
@@ -54,7 +56,7 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     extra = blocks(FLEET_PAGE, EDGES)
     assert [kind for kind, _ in extra] == ["toml", "sh"]
     own = blocks(FLEET_PAGE, OWN_EDGE)
-    assert [kind for kind, _ in own] == ["toml", "toml", "sh", "sh"]
+    assert [kind for kind, _ in own] == ["toml", "toml", "sh", "sh", "sh"]
     assert "server.toml" in own[0][1] and "edge.toml" in own[1][1]
     found = blocks(FLEET_PAGE, FLEET)
     first_server_toml = next(
@@ -84,8 +86,17 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     a_simulated_fleet_runs_a_job(walk)
     # Its share of them: nodes placed on it (its load, reported every interval).
     wait_until(lambda: edge_rows(walk)["edge-b"]["online"] > 0, 10, 0.2)
-    # Drained, as the section says: its simulated nodes move to the server's own edges.
+    # Its own metrics, scraped as the section says: whom it serves, and those nodes.
     walk.block(*own[3])
+    scraped = edge_metrics(walk.output("curl"))
+    assert scraped["pushjobs_edge_serving"] == [({}, 1.0)], scraped
+    ((serves, _),) = scraped["pushjobs_edge_leader_info"]
+    assert serves["leader"] == "server" and serves["incarnation"], serves
+    ((_, online),) = scraped["pushjobs_edge_nodes_online"]
+    ((_, nodes),) = scraped["pushjobs_edge_nodes"]
+    assert 0 < online <= nodes <= 200, scraped
+    # Drained, as the section says: its simulated nodes move to the server's own edges.
+    walk.block(*own[4])
     assert "edge-b: drained" in walk.output("pushjobs server drain edge-b --wait")
     drained = edge_rows(walk)["edge-b"]
     assert drained["draining"] and drained["online"] == 0, drained
@@ -95,6 +106,15 @@ def edge_rows(walk: Walkthrough) -> dict[str, dict[str, object]]:
     status = walk.json("pushjobs server status")
     assert isinstance(status, dict), status
     return {str(row["edge"]): row for row in status["edges"]}
+
+
+def edge_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Each sample name's (labels, value) in a scrape's lines, read by Prometheus's parser."""
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
 
 
 def a_simulated_fleet_runs_a_job(walk: Walkthrough) -> None:

@@ -263,3 +263,42 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
         assert new.alive() and old.alive()
         job = pair.start("hello")
         assert pair.wait_job(job["job_id"], timeout_s=TAKEOVER_S)["summary"] == {"succeeded": 3}
+
+
+def test_the_leader_and_an_edge_of_its_own_killed_together_mid_job_on_kafka(
+    tmp_path: Path, kafka: Kafka
+) -> None:
+    """Both servers take edges of their own; ``far-1`` serves the leader's every node.
+    Killed with it mid-job and started again (as its unit would), the edge finds the standby once it
+    leads and serves it; the job completes, once on every node."""
+    edges = {"edges": 1, "edge_bind": "tcp://127.0.0.1:0"}
+    with kafka_pair(tmp_path, kafka, server=edges) as (pair, _):
+        sandbox = pair.sandbox
+        sandbox.start_edge("far-1", timeout_s=60)
+
+        def far_online(api: str) -> int:
+            rows = {e["edge"]: e for e in (info_of(pair, api) or {}).get("edges", [])}
+            row = rows.get("far-1", {})
+            return int(row.get("online", 0)) if row.get("live") else -1
+
+        # The agents came first: every node onto it (the leader's own edge drained, then
+        # taken back), so that killing it costs every node its edge.
+        wait_until(lambda: far_online(sandbox.api) >= 0, TAKEOVER_S)
+        pair.client.call("server.drain", {"edge": "server-e0"})
+        wait_until(lambda: far_online(sandbox.api) == len(sandbox.nodes), TAKEOVER_S)
+        pair.client.call("server.drain", {"edge": "server-e0", "undo": True})
+        job = pair.start("count-slowly")
+        for name in sandbox.nodes:
+            pair.wait_node_state(job["job_id"], name, "running")
+        sandbox.kill("server", signal.SIGKILL)
+        sandbox.kill("far-1", signal.SIGKILL)
+        sandbox.start_edge("far-1", timeout_s=60)  # joins whichever server leads next
+        done = pair.wait_job(job["job_id"], timeout_s=TAKEOVER_S + 10)
+        assert done["state"] == "complete" and done["summary"] == {"succeeded": 3}, done
+        for name in sandbox.nodes:
+            assert (pair.root / f"count-{name}").read_text() == "x\n"  # one run per node
+        assert pair.leader_api() == pair.standby_api
+        wait_until(lambda: far_online(pair.standby_api) >= 0, TAKEOVER_S)  # it serves the new one
+        pair.wait_online()
+        again = pair.start("true")
+        assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
