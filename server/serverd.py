@@ -54,6 +54,7 @@ from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain, drain_from
 from server.core import edgelease, edgewire
 from server.core.edgeliveness import EdgeLiveness
+from server.core.edgewire import Served
 from server.core.nodetable import NodeTable
 from server.front.api import ApiFront
 from server.front.backend import ServerBackend
@@ -350,7 +351,12 @@ class Server:
             self.handshakes.receive(now)
         if self.edges is not None and self.edges.router in ready:
             for edge, report in self.edges.receive(now, now_ms):
-                self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
+                unowned = self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
+                if unowned:
+                    self.edges.send(edge, edgewire.encode(edgewire.MOVE, unowned))
+        if self.edges is not None:
+            for edge, served in self.edges.take_joined():
+                self.adopt(edge, served, now, now_ms)
         self.timers()
         self.flush()
         self.intake.log_transitions()
@@ -455,6 +461,22 @@ class Server:
         later_ms = now_ms + round(blind_s * 1000)
         for job in self.jobs.coordinator.active():
             job.rearm(later_ms)
+
+    def adopt(self, edge: str, served: list[Served], now: float, now_ms: int) -> None:
+        """Nodes an edge of its own serves already, brought from the leader before this
+        one: taken without asking them to move (``Enrolment.adopt``); those online now
+        come online here as the edge reports them, and their jobs hear from them."""
+        assert self.edges is not None
+        adopted = self.enrolment.adopt(edge, served, now)
+        if adopted.elsewhere:
+            self.edges.send(edge, edgewire.encode(edgewire.FORGET, adopted.elsewhere))
+        if adopted.ask_again:
+            # Their keys changed or went while no server led: they ask for a config,
+            # and are answered as any node asking.
+            self.edges.send(edge, edgewire.encode(edgewire.MOVE, adopted.ask_again))
+        if adopted.online:
+            report = edgewire.Report(online=adopted.online)
+            self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
 
     def cut_off(self, node: str, now: float, now_ms: int) -> None:
         """A revoked node: its jobs are aborted on it first, so what the job calls crashed

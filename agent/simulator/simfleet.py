@@ -16,8 +16,9 @@ flushes queued replies. Heartbeats are spread evenly over the interval by a curs
 the node list: node i beats at phase i/K, with no per-node timer.
 
 Like an agent, it watches the server (``serverwatch``): while the server is offline it
-sends nothing and discards commands; on a new server incarnation every node rediscovers
-after a random splay; each node rediscovers when its config lifetime ends (not while it
+sends nothing and discards commands; on a new incarnation of the heartbeats' sender (the
+server, or the edge a node is placed on: each signs its own) the nodes that hear it
+rediscover after a random splay; each node rediscovers when its config lifetime ends (not while it
 runs a job), and when a ping asks it to (its edge draining). It follows the leader as an
 agent does (``simleader``: a standby's redirect, the heartbeats' ``leader`` flag, a
 server that answers nothing). ``simdiscovery``
@@ -68,7 +69,7 @@ MIN_TURN_S = 0.002  # heartbeats due within this are sent together
 MAX_TURN_S = 0.25
 PUSH_HWM = 100_000
 RETRY_PENDING_S = 5.0
-BEATS_REMEMBERED = 64  # server heartbeats recognised when another edge brings them again
+BEATS_REMEMBERED = 64  # server heartbeats recognised when another socket brings them again
 
 
 class Simulator:
@@ -113,7 +114,10 @@ class Simulator:
         self.beats_order: deque[bytes] = deque(maxlen=BEATS_REMEMBERED)
         self.link = ServerLink(self.transport, curve, server.curve_public, PUSH_HWM)
         self.cfg: m.NodeConfig | None = None
-        self.server_incarnation = ""
+        # The incarnation each heartbeat endpoint's configs named: the server's, or with
+        # edges each edge's own (it signs the heartbeats its nodes hear).
+        self.incarnations: dict[str, str] = {}
+        self.sub_endpoint = ""  # what ``link.sub`` listens to
 
         self.counters: Counter[str] = Counter()
         self.discovery = DiscoveryPipeline(
@@ -174,12 +178,12 @@ class Simulator:
             for frames in drain(self.discovery.dealer, BATCH):
                 self._on_config(frames)
         if self.link.sub is not None and self.link.sub in ready:
-            self._on_server_beats(self._once(drain(self.link.sub, 256)))
+            self._on_server_beats(self.sub_endpoint, self._once(drain(self.link.sub, 256)))
         for endpoint, sub in list(self.edge_subs.items()):
             if sub in ready:
                 self.edge_heard[endpoint] = time.monotonic()
                 # The server is alive through any edge.
-                self._on_server_beats(self._once(drain(sub, 256)))
+                self._on_server_beats(endpoint, self._once(drain(sub, 256)))
         if self.command in ready:
             for frames in drain(self.command, BATCH):
                 self._on_command(frames)
@@ -287,9 +291,9 @@ class Simulator:
         return sock
 
     def _once(self, batch: list[list[bytes]]) -> list[list[bytes]]:
-        """The server heartbeats of ``batch`` not heard yet: every edge re-publishes the
-        same signed frames, and the same beat through two edges is one beat, not a
-        replay."""
+        """The server heartbeats of ``batch`` not heard yet: one heartbeat endpoint may be
+        heard on two sockets here (``link.sub`` and the edge's own), and the same beat
+        twice is one beat, not a replay."""
         fresh = []
         for frames in batch:
             mark = frames[-1]
@@ -344,14 +348,17 @@ class Simulator:
     def _apply_server_config(self, cfg: m.NodeConfig, now: float) -> None:
         old = self.cfg
         self.cfg = cfg
-        if old is None or old.server_incarnation != cfg.server_incarnation:
-            # Per server, not per node: with edges, nodes' configs name different
-            # endpoints, and the fleet watches the server's heartbeats on the first.
+        fresh = cfg.server_incarnation not in self.incarnations.values()
+        self.incarnations[cfg.heartbeat_endpoint] = cfg.server_incarnation
+        if fresh:
+            # Per server (or edge) incarnation, not per node: with edges, nodes' configs
+            # name different endpoints, and the fleet watches the server through all.
             self.link.follow(old, cfg)
-        if old is None or old.server_incarnation != cfg.server_incarnation:
-            self.server_incarnation = cfg.server_incarnation
+            self.sub_endpoint = cfg.heartbeat_endpoint
             limits = Limits(max_body_bytes=cfg.max_body_bytes)
             self.watch.trust(cfg, now)
+            # Edges sign their own heartbeats, each under its incarnation, all heard here.
+            self.watch.inbox.replay = _PerIncarnation(cfg.max_skew_s)
             self.cmd_inbox = _command_inbox(self._resolve_command, cfg.max_skew_s, limits)
 
     # --- server heartbeats and commands --------------------------------------------------------
@@ -364,23 +371,28 @@ class Simulator:
             log.warning("%s answers nothing: asking %s", self.discovery.endpoint, endpoint)
             self.discovery.move(endpoint, now, self.by_name, everyone=self.nodes)
 
-    def _on_server_beats(self, batch: list[list[bytes]]) -> None:
+    def _on_server_beats(self, source: str, batch: list[list[bytes]]) -> None:
+        """Heartbeats heard on ``source`` (a heartbeat endpoint): signed by the server,
+        or by the edge there, each under its own incarnation."""
         now = time.monotonic()
         for beat in self.watch.beats(batch, now, _now_ms()):
-            if beat.incarnation == self.server_incarnation:
+            known = self.incarnations.get(source)
+            if beat.incarnation == known:
                 endpoint = self.choice.leader_beat(beat.leader, now)
                 if endpoint is not None:  # every node's session is with a deposed server
                     log.warning("the server no longer leads: asking %s", endpoint)
                     self.discovery.move(endpoint, now, self.by_name, everyone=self.nodes)
                     return
-            if beat.incarnation != self.server_incarnation and self.cfg is not None:
-                # The server restarted: its session keys are gone. Everyone asks again,
-                # spread over the splay so the new server is not flooded at once.
-                log.info("server restarted (incarnation %s): rediscovering", beat.incarnation)
-                self.server_incarnation = beat.incarnation
+            elif known is not None:
+                # The sender restarted (the server, or this edge): its session keys are
+                # gone. Its nodes ask again, spread over the splay so the server is not
+                # flooded at once.
+                log.info("%s restarted (incarnation %s): rediscovering", source, beat.incarnation)
+                self.incarnations[source] = beat.incarnation
                 for node in self.nodes:
-                    delay = self.rng.uniform(0, self.s.splay_s)
-                    self._at(delay, node, partial(self.discovery.ask, node))
+                    if node.edge == source:
+                        delay = self.rng.uniform(0, self.s.splay_s)
+                        self._at(delay, node, partial(self.discovery.ask, node))
 
     def _on_command(self, frames: list[bytes]) -> None:
         received = self.cmd_inbox.accept(frames, _now_ms())

@@ -8,7 +8,7 @@ crash of either loop.
 
 Leader -> edge (one message per kind and turn, lists inside: per batch, never per node):
 
-    beat      the signed server heartbeat, as published: the edge re-publishes it
+    beat      the signed server heartbeat, as published: the edge publishes one of its own for it
     keys      a numbered batch of the session keys issued at discovery: [node, key id,
               secret (b64), restarted, node curve key, command endpoint]; the edge's
               reports say the last batch it holds, and the leader holds each node's
@@ -23,6 +23,9 @@ Leader -> edge (one message per kind and turn, lists inside: per batch, never pe
 Edge -> leader, per turn:
 
     hello     the edge's name, its advertised endpoints, its pid, a stamp (``sent``)
+    serving   after a hello, the nodes it serves already (it served another leader), in
+              chunks: {nodes: [[node, key ids, curve key, command endpoint, incarnation,
+              online, facts, tags], ...]} (``Served``)
     report    a stamp (``sent``: the edge's clock, echoed by the grant that answers it),
               liveness changes (online, offline, restarted), the heartbeats the leader
               needs (``edgeforward``), and the edge's load; job replies follow as parts,
@@ -48,9 +51,11 @@ MOVE = b"move"  # ask these nodes to rediscover: their edge is draining
 GRANT = b"grant"  # the edge may send commands until its stamp plus for_ms
 HELLO = b"hello"
 REPORT = b"report"
+SERVING = b"serving"  # nodes the edge serves already, for a new leader to take
+SERVING_CHUNK = 5_000  # nodes per serving message: far below the channel's size limit
 
 TO_EDGE = frozenset({BEAT, KEYS, REVOKE, SEND, FORGET, MOVE, GRANT})
-TO_LEADER = frozenset({HELLO, REPORT})
+TO_LEADER = frozenset({HELLO, REPORT, SERVING})
 
 
 @dataclass(slots=True)
@@ -120,6 +125,54 @@ def decode_report(payload: Any, rest: list[bytes]) -> Report:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedMessage(f"edge report: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A node an edge serves already, as its hello hands it to a new leader."""
+
+    node: str
+    key_ids: tuple[str, ...]
+    curve: str
+    endpoint: str
+    incarnation: str
+    online: bool
+    facts: dict[str, str]
+    tags: tuple[str, ...]
+
+
+def decode_served(payload: Any) -> tuple[list[Served], int]:
+    """A serving message's nodes, and how many entries did not parse (left out, counted)."""
+    raw = payload.get("nodes") if isinstance(payload, dict) else None
+    if not isinstance(raw, list):
+        raise MalformedMessage("edge serving: nodes must be a list")
+    out, bad = [], 0
+    for entry in raw:
+        try:
+            node, key_ids, curve, endpoint, incarnation, online, facts, tags = entry
+            if not isinstance(key_ids, list) or not isinstance(facts, dict):
+                raise TypeError("key ids and facts")
+            out.append(
+                Served(
+                    _text(node),
+                    tuple(_text(k) for k in key_ids),
+                    _text(curve),
+                    _text(endpoint),
+                    _text(incarnation),
+                    online is True,
+                    {_text(k): _text(v) for k, v in facts.items()},
+                    tuple(_text(t) for t in tags),
+                )
+            )
+        except (TypeError, ValueError):
+            bad += 1
+    return out, bad
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"not text: {type(value).__name__}")
+    return value
 
 
 def stamp_of(payload: Any) -> int | None:

@@ -8,9 +8,10 @@ session keys the leader issued to its nodes, and connects to the leader's edge c
 
 1. read the reply socket in a batch (``edgeintake``): verify, track liveness, keep what
    the leader must hear;
-2. carry out the leader's instructions: re-publish its signed heartbeat, take new session
-   keys, seal and send commands (one instruction per job and kind, fanned out here, each
-   command signed with its node's session key), forget nodes, abort a revoked node's jobs;
+2. carry out the leader's instructions: publish a heartbeat of its own for each of the
+   leader's, take new session keys, seal and send commands (one instruction per job and
+   kind, fanned out here, each command signed with its node's session key), forget
+   nodes, abort a revoked node's jobs;
    job commands only while the leader's grant holds (``server.core.edgelease``): an edge
    cut off from its leader but not from its nodes stops sending them before the leader
    counts it lost and has its nodes served elsewhere, and its commands wait meanwhile;
@@ -53,7 +54,7 @@ from pushjobs.protocol import codec
 from pushjobs.protocol.framing import Limits, seal_body
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
-from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run
+from pushjobs.protocol.messages import Abort, Commit, Message, Ping, Run, ServerHeartbeat
 from pushjobs.protocol.outbox import Outbox
 from pushjobs.protocol.signing import Ed25519Signer
 from pushjobs.protocol.template import BodyTemplate
@@ -158,14 +159,8 @@ class Edge:
             reply_bind=f"tcp://{spec.bind_host}:{spec.port(1)}",
             node_allowed=self.accepted.__contains__,
         )
-        self.leader = self.transport.socket(
-            "dealer",
-            connect=spec.leader_endpoint,
-            hwm=LEADER_HWM,
-            curve_client=curve,
-            server_public=identity.public.curve_public,
-            max_message_bytes=64 * 1024 * 1024,
-        )
+        self.curve = curve
+        self.leader = self._channel(spec.leader_endpoint)
         self.sessions = SessionKeys(grace_s=2 * spec.interval_s + 5.0)
         self.liveness = LivenessTracker(
             spec.interval_s, spec.offline_threshold, spec.online_threshold
@@ -176,6 +171,9 @@ class Edge:
             stale_after_s=spec.interval_s,
         )
         self.contacts: dict[str, Contact] = {}
+        # What each node told the leader at discovery (facts, tags), as its key came:
+        # handed to the next leader with its session, so the node need not ask again.
+        self.registered: dict[str, tuple[dict[str, str], list[str]]] = {}
         self.keys_applied = 0
         self.acknowledge = False
         self.fanouts: deque[_FanOut] = deque()
@@ -191,12 +189,24 @@ class Edge:
         now = time.monotonic()
         self.turn_started = self.poll_started = self.poll_until = now
         self.last_beat = now
+        self.joined = now  # when it joined the leader it serves (``rejoin``)
         self.next_load = now
         self.next_keys = now + 1.0
         self.stopping = False
         self.leader_gone = False  # stopped because the leader fell silent
         self.last_load: dict[str, Any] = {}  # as last reported (read by pushjobs-edge's pong)
         self.started = now
+
+    def _channel(self, endpoint: str) -> zmq.Socket[bytes]:
+        """The DEALER to a leader's edge channel (CurveZMQ: the server's key both ends)."""
+        return self.transport.socket(
+            "dealer",
+            connect=endpoint,
+            hwm=LEADER_HWM,
+            curve_client=self.curve,
+            server_public=self.curve.public,
+            max_message_bytes=64 * 1024 * 1024,
+        )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -208,6 +218,12 @@ class Edge:
         # Stamped like a report: the leader grants this edge its first lease at once.
         hello = {**self._hello(), "sent": edgelease.stamp(time.monotonic())}
         self._send(edgewire.encode(edgewire.HELLO, hello))
+        # The nodes it serves already (it served another leader): the new one takes them
+        # as they are, sessions and all, and they need not ask again.
+        serving = self._serving()
+        for start in range(0, len(serving), edgewire.SERVING_CHUNK):
+            chunk = serving[start : start + edgewire.SERVING_CHUNK]
+            self._send(edgewire.encode(edgewire.SERVING, {"nodes": chunk}))
         self.out.write(
             f"pushjobs-edge {self.spec.name} ready heartbeat={self.endpoints['heartbeat']} "
             f"reply={self.endpoints['reply']}\n"
@@ -278,11 +294,14 @@ class Edge:
             if self.spec.parent_pid and os.getppid() != self.spec.parent_pid:
                 log.warning("edge %s: its leader process is gone; stopping", self.spec.name)
                 self.stopping = True
-            if self.spec.remote and now - self.last_beat > LEADER_GONE_AFTER * self.spec.interval_s:
+            # Silent since its last heartbeat, or since this edge joined it (a new leader
+            # has not beaten yet: the last one's heartbeat is not its).
+            silent_s = now - max(self.last_beat, self.joined)
+            if self.spec.remote and silent_s > LEADER_GONE_AFTER * self.spec.interval_s:
                 log.warning(
                     "edge %s: no heartbeat from the leader for %.1f s; looking for the leader",
                     self.spec.name,
-                    now - self.last_beat,
+                    silent_s,
                 )
                 self.leader_gone = self.stopping = True
 
@@ -331,18 +350,35 @@ class Edge:
             log.error("edge %s: instruction refused: %s", self.spec.name, exc)
 
     def _beat(self, frames: list[bytes], now: float) -> None:
-        """Publish the leader's heartbeat. After a gap, the nodes fell silent because
-        they heard no server: they speak again once they count it online (their online
-        threshold), and get a full window from then before their silence counts."""
+        """The leader's heartbeat: publish one of this edge's own for it. The edge signs
+        it (the server's key, the edge's incarnation and sequence), so its nodes hear a
+        restart of the edge that holds their session keys as a new incarnation, and not
+        a change of leader. It says what the leader's says (leading or not), once per
+        beat of the leader's: the nodes still hear the leader's silence.
+
+        After a gap, the nodes fell silent because they heard no server: they speak
+        again once they count it online (their online threshold), and get a full window
+        from then before their silence counts."""
+        if len(frames) < 2:
+            raise ValueError("a beat instruction carries the leader's heartbeat")
+        leaders = codec.decode(frames[1])
+        if not isinstance(leaders, ServerHeartbeat):
+            raise ValueError("a beat instruction must carry a server heartbeat")
         if now - self.last_beat > QUIET_AFTER * self.spec.interval_s:
             spec = self.spec
             self.liveness.grant(now, spec.online_threshold * spec.interval_s)
             self.counters["leader_quiet"] += 1
         self.last_beat = now
-        self.channels.publish(frames)
+        self.channels.publish(self.outbox.frames(ServerHeartbeat, _now_ms(), leader=leaders.leader))
 
     def _keys(self, payload: Any, now: float) -> None:
-        for node, kid, secret_b64, restarted, curve, endpoint in payload["keys"]:
+        for entry in payload["keys"]:
+            node, kid, secret_b64, restarted, curve, endpoint = entry[:6]
+            if len(entry) >= 8:
+                self.registered[str(node)] = (
+                    {str(k): str(v) for k, v in dict(entry[6]).items()},
+                    [str(tag) for tag in entry[7]],
+                )
             self.sessions.install(
                 SessionKey(str(kid), str(node), b64decode(secret_b64)),
                 now,
@@ -360,6 +396,7 @@ class Edge:
     def _forget(self, node: str, now: float) -> None:
         self.intake.forget(node, now)
         self.sessions.revoke(node)
+        self.registered.pop(node, None)
         contact = self.contacts.pop(node, None)
         if contact is not None:
             self.accepted.discard(contact.curve)
@@ -511,6 +548,52 @@ class Edge:
             "remote": self.spec.remote,
             "capacity": self.spec.capacity,
         }
+
+    def _serving(self) -> list[list[Any]]:
+        """Each node it holds a session of: [node, its key ids, curve key, command
+        endpoint, incarnation, online, facts, tags]."""
+        out: list[list[Any]] = []
+        for node, contact in self.contacts.items():
+            key_ids = self.sessions.key_ids(node)
+            if not key_ids:
+                continue  # revoked: kept only to tell it so
+            info = self.intake.nodes.get(node)
+            facts, tags = self.registered.get(node, ({}, []))
+            out.append(
+                [
+                    node,
+                    key_ids,
+                    contact.curve,
+                    contact.endpoint,
+                    info.incarnation if info is not None else "",
+                    self.liveness.is_online(node),
+                    facts,
+                    tags,
+                ]
+            )
+        return out
+
+    def rejoin(self, leader_endpoint: str) -> None:
+        """Serve another leader, keeping its nodes: the channel to ``leader_endpoint``,
+        a new lease, nothing the last leader asked for (its commands, its moves: the new
+        one sends again what its jobs still need), then ``run`` again, whose hello hands
+        the new leader these nodes."""
+        self.transport.close_socket(self.leader)
+        self.leader = self._channel(leader_endpoint)
+        self.spec = dataclasses.replace(self.spec, leader_endpoint=leader_endpoint)
+        self.lease = edgelease.CommandLease(self.spec.interval_s)
+        dropped = sum(len(f.nodes) - f.next for f in self.fanouts)
+        if dropped:
+            log.info("edge %s: %d commands of the last leader not sent", self.spec.name, dropped)
+        self.fanouts.clear()
+        self.moving.clear()
+        # Each node's next heartbeat is news to the new leader (its job state above all:
+        # a reply the last leader never read is asked for again from it).
+        self.intake.seen.clear()
+        self.keys_applied = 0  # the new leader numbers its batches afresh
+        self.fenced_at = None
+        self.stopping = self.leader_gone = False
+        self.next_load = self.joined = time.monotonic()
 
     def _load(self, now: float) -> dict[str, Any]:
         lag = self.intake.heartbeat_lag_ms

@@ -9,9 +9,17 @@ the server's identity from ``[server] key_file``: the channel admits the server'
 only, so an edge proves it holds it. The leader places nodes on it as on its own edges
 (rendezvous hashing over the live ones) and reports it in ``server status``.
 
-When the leader falls silent (killed, deposed, cut off) the edge stops, its nodes
-rediscover, and this program reads the control topic again for the next leader: an edge
-serves one leader at a time, and only while it hears it. The edge holds nothing durable.
+When the leader falls silent (killed, deposed, cut off) the edge stops serving it (and
+sending commands: ``server.core.edgelease``) and this program reads the control topic
+again for the next leader, skipping the one it lost unless that one writes again (it
+was only paused). The edge keeps its sockets, its nodes' sessions and what they told
+the leader at discovery, and hands them to the next leader in its hello: its nodes,
+which hear heartbeats the edge signs under its own incarnation, stay where they are and
+ask nobody for a config (if the next leader comes within their patience: a few offline
+windows of silence; otherwise they rediscover, and land where rendezvous hashing puts
+them). A next leader whose shared settings differ (interval, thresholds, limits) gets a
+new edge instead, and the nodes move. An edge serves one leader at a time, and only
+while it hears it; it holds nothing durable.
 
 On SQLite the log is a file on the leader's host, so the edge runs there too: the file
 must exist (an edge never creates a log), and the leader binds its edge channel on
@@ -66,7 +74,10 @@ class LeaderFinder:
         self.roster = Roster(stale_ms)
         self.offset = 0
 
-    def leader(self, now_ms: int) -> Member | None:
+    def leader(self, now_ms: int, *, lost: tuple[str, int] | None = None) -> Member | None:
+        """The leader to join: not ``lost`` (the incarnation this edge stopped serving,
+        and when, wall ms) unless it wrote its record again since: a leader killed still
+        has a fresh record for a while, a leader paused and back writes a newer one."""
         while True:
             batch = self.log.read(self.topic, self.offset, READ_BATCH)
             for record in batch:
@@ -74,7 +85,11 @@ class LeaderFinder:
                 self.offset = record.offset + 1
             if len(batch) < READ_BATCH:
                 break
-        found = self.roster.leader(now_ms)
+        found = self.roster.leader(now_ms, besides=lost[0] if lost else None)
+        if found is None and lost is not None:
+            again = self.roster.leader(now_ms)
+            if again is not None and again.incarnation == lost[0] and again.ts > lost[1]:
+                found = again
         return found if found is not None and found.edge is not None else None
 
 
@@ -174,6 +189,22 @@ def spec_for(config: EdgeConfig, leader: Member) -> EdgeSpec:
     )
 
 
+SHARED = (
+    "server_name",
+    "interval_s",
+    "offline_threshold",
+    "online_threshold",
+    "max_skew_s",
+    "max_header_bytes",
+    "max_body_bytes",
+)
+
+
+def same_settings(a: EdgeSpec, b: EdgeSpec) -> bool:
+    """Whether an edge built for ``a`` may serve as ``b`` (its nodes' configs hold these)."""
+    return all(getattr(a, name) == getattr(b, name) for name in SHARED)
+
+
 def open_edge_log(config: EdgeConfig) -> OrderedLog:
     """The installation's log, never created here: on SQLite, the leader's own file."""
     settings = dataclasses.replace(config.log, create=False)
@@ -195,14 +226,16 @@ def serve(
     """Edges for one leader after another, until ``stopping``; the one serving is in
     ``running`` (for the signal handler), and in ``metrics`` with its leader."""
     ordered = open_edge_log(config)
+    edge: Edge | None = None  # kept from one leader to the next, with its nodes
     try:
         stale_ms = round(STALE_SESSIONS * config.server.leader_session_s * 1000)
         pong_every_s = config.server.leader_session_s / 3  # as often as the servers write
         finder = LeaderFinder(ordered, topics.names(config.log.topic_prefix).control, stale_ms)
         said_at = float("-inf")
+        lost: tuple[str, int] | None = None
         while not stopping.is_set():
             try:
-                leader = finder.leader(time.time_ns() // 1_000_000)
+                leader = finder.leader(time.time_ns() // 1_000_000, lost=lost)
             except LogError as exc:
                 log.error("cannot read the control topic: %s; trying again", exc)
                 leader = None
@@ -222,7 +255,20 @@ def serve(
                 leader.epoch,
                 leader.edge["endpoint"] if leader.edge else "?",
             )
-            edge = Edge(spec_for(config, leader))
+            spec = spec_for(config, leader)
+            if edge is not None and not same_settings(edge.spec, spec):
+                log.warning(
+                    "edge %s: leader %s shares other settings than the last: a new edge, "
+                    "its nodes move",
+                    config.edge.name,
+                    leader.name,
+                )
+                edge.close()
+                edge = None
+            if edge is None:
+                edge = Edge(spec)
+            else:
+                edge.rejoin(spec.leader_endpoint)  # its nodes stay
             running.append(edge)
             # No publishing thread: a scrape reads the edge's own last load, which its
             # loop replaces every half interval (``edgemetrics``), as fresh as it gets.
@@ -233,11 +279,13 @@ def serve(
             finally:
                 metrics.follow(None)  # serving 0 until the next leader is joined
                 running.remove(edge)
-                edge.close()
             if not edge.leader_gone:
                 return
+            lost = (leader.incarnation, time.time_ns() // 1_000_000)
             said_at = float("-inf")
     finally:
+        if edge is not None:
+            edge.close()
         ordered.close()
 
 

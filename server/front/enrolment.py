@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from base64 import b64decode
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from keys.entry import Entry
@@ -47,9 +47,10 @@ from keys.registry import KeyRegistry
 from pushjobs.errors import KeyFileError
 from pushjobs.protocol.messages import ConfigReply, ConfigRequest, NodeConfig
 from pushjobs.protocol.outbox import Outbox
+from server.core.edgewire import Served
 from server.core.nodetable import NodeInfo, NodeTable
 from server.front.admission import Admission, Refused
-from server.front.sessions import SessionKeys
+from server.front.sessions import SessionKey, SessionKeys
 from server.shell.channels import Channels
 from server.shell.edges import EdgePool
 from server.shell.membership import Membership
@@ -126,6 +127,41 @@ class Enrolment:
         """The node's CurveZMQ key while it has a session (commands go out in it)."""
         contact = self.contacts.get(node)
         return contact.curve if contact is not None and self.sessions.has(node) else None
+
+    # --- nodes an edge brings -------------------------------------------------------------
+
+    def adopt(self, edge: str, served: list[Served], now: float) -> Adopted:
+        """Nodes ``edge`` serves already (it served the leader before this one): taken as
+        it says, as if they had asked this server (their sessions, what they said at
+        discovery, their contact), so they need not ask again. Each must still hold an
+        accepted key (the one it was admitted with: else it must ask, and be told) and
+        not have been placed on another edge since (else the edge forgets it)."""
+        assert self.edges is not None
+        adopted = Adopted()
+        for s in served:
+            if not _adoptable(self.registry, s):
+                adopted.ask_again.append(s.node)
+                continue
+            if not self.edges.adopt(s.node, edge):
+                adopted.elsewhere.append(s.node)
+                continue
+            for key_id in s.key_ids:
+                # Ids only: with edges this server holds no session secret (its edges do).
+                self.sessions.install(SessionKey(key_id, s.node, b""), now)
+            self.nodes.register(s.node, s.endpoint, s.facts, s.tags)
+            self.contacts[s.node] = Contact(s.endpoint, s.curve)
+            adopted.taken += 1
+            if s.online:
+                adopted.online.append((s.node, s.incarnation, s.endpoint))
+        if served:
+            log.info(
+                "edge %s: %d nodes taken as it serves them; %d to ask again, %d elsewhere",
+                edge,
+                adopted.taken,
+                len(adopted.ask_again),
+                len(adopted.elsewhere),
+            )
+        return adopted
 
     # --- discovery ------------------------------------------------------------------------
 
@@ -274,12 +310,16 @@ class Enrolment:
     def _admit(self, req: ConfigRequest, now: float) -> NodeConfig | None:
         """The node's config, its session key issued; None when no edge serves it."""
         heartbeat_endpoint, reply_endpoint = self.heartbeat_endpoint, self.reply_endpoint
+        server_incarnation = self.server_incarnation
         placed = None
         if self.edges is not None:
             placed = self.edges.place(req.sender)
             if placed is None:
                 return None
             heartbeat_endpoint, reply_endpoint = placed[1]["heartbeat"], placed[1]["reply"]
+            # Its edge signs the heartbeats it hears and holds its session key: the node
+            # must rediscover when that edge restarts, not when the leader changes.
+            server_incarnation = self.edges.incarnation_of(placed[0])
         known = self.nodes.get(req.sender)
         restarted = known is None or known.incarnation != req.incarnation
         session = self.sessions.issue(req.sender, now, restarted=restarted)
@@ -292,6 +332,9 @@ class Enrolment:
                 restarted,
                 req.curve_public,
                 req.command_endpoint,
+                # What the edge hands a next leader, so the node need not ask it again.
+                dict(req.facts),
+                list(req.tags),
             ]
             self.edges.give_key(placed[0], key)
         self.nodes.register(req.sender, req.command_endpoint, req.facts, req.tags)
@@ -302,7 +345,7 @@ class Enrolment:
         live, proto = self.config.liveness, self.config.protocol
         return NodeConfig(
             server_id=self.config.server.name,
-            server_incarnation=self.server_incarnation,
+            server_incarnation=server_incarnation,
             heartbeat_endpoint=heartbeat_endpoint,
             reply_endpoint=reply_endpoint,
             server_ed25519_public=b64(self.identity.public.ed25519_public),
@@ -354,6 +397,26 @@ class Enrolment:
             # and to rediscover once its key is accepted again (``contacts``).
             gone.append(node)
         return gone
+
+
+@dataclass(slots=True)
+class Adopted:
+    """What became of the nodes an edge brought (``Enrolment.adopt``)."""
+
+    taken: int = 0
+    online: list[tuple[str, str, str]] = field(default_factory=list)  # node, inc., endpoint
+    ask_again: list[str] = field(default_factory=list)  # no accepted key of theirs now
+    elsewhere: list[str] = field(default_factory=list)  # placed on another edge since
+
+
+def _adoptable(registry: KeyRegistry, served: Served) -> bool:
+    entry = registry.find(served.node)
+    return (
+        entry is not None
+        and entry.kind == "node"
+        and entry.state is KeyState.ACCEPTED
+        and entry.curve_public == served.curve
+    )
 
 
 def node_key_accepted(registry: KeyRegistry, curve_public: str) -> bool:

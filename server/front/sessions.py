@@ -206,5 +206,9 @@ class SessionKeys:
     def nodes(self) -> list[str]:
         return list(self._live)
 
+    def key_ids(self, node: str) -> list[str]:
+        """The ids of ``node``'s keys not superseded, oldest first."""
+        return list(self._live.get(node, ()))
+
     def has(self, node: str) -> bool:
         return node in self._live

@@ -48,7 +48,7 @@ import zmq
 from pushjobs.errors import MalformedMessage
 from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, drain
 from server.core import edgelease, edgewire, rendezvous
-from server.core.edgewire import Report
+from server.core.edgewire import Report, Served
 from server.core.rendezvous import MAX_CAPACITY, MIN_CAPACITY
 
 log = logging.getLogger("pushjobs.server")
@@ -133,6 +133,7 @@ class EdgePool:
         self.by_route: dict[bytes, str] = {}
         self.assigned: dict[str, str] = {}  # node -> edge, decided at its last discovery
         self.refused = 0
+        self.joined: list[tuple[str, list[Served]]] = []  # hellos' nodes: ``take_joined``
         self.unanswered = 0  # config replies dropped with the edge they waited for
         for state in self.edges.values():
             self._start(state, now)
@@ -247,6 +248,9 @@ class EdgePool:
                     continue
                 state = self.edges[name]
                 state.heard = now
+                if kind == edgewire.SERVING:
+                    self._serving(state, payload)
+                    continue
                 report = edgewire.decode_report(payload, rest)
                 if report.load:
                     state.load = report.load
@@ -282,8 +286,14 @@ class EdgePool:
             raise MalformedMessage(f"hello from an edge this server did not start: {name[:64]!r}")
         if state.route is not None:
             self.by_route.pop(state.route, None)
+        # A new connection counts key batches afresh: the config replies held for keys
+        # sent on the old one may never be released (those keys may be lost with it).
+        # Their nodes ask again, as when an edge is lost.
+        self.unanswered += len(state.held)
+        state.held.clear()
+        state.keys.clear()
         state.route, state.endpoints, state.heard = route, endpoints, now
-        state.keys_sent = state.keys_applied = 0  # a new process counts batches afresh
+        state.keys_sent = state.keys_applied = 0
         state.incarnation = str(payload.get("incarnation", ""))
         state.capacity = float(capacity)
         state.to_grant = edgewire.stamp_of(payload)
@@ -295,6 +305,14 @@ class EdgePool:
             endpoints["heartbeat"],
             endpoints["reply"],
         )
+
+    def _serving(self, state: EdgeState, payload: Any) -> None:
+        """Nodes a live edge serves already (it served the leader before this one)."""
+        served, bad = edgewire.decode_served(payload)
+        self.refused += bad
+        if served and state.live:
+            self.joined.append((state.name, served))
+            log.info("edge %s brings %d nodes it serves already", state.name, len(served))
 
     def send(self, edge: str, frames: list[bytes]) -> bool:
         state = self.edges.get(edge)
@@ -367,6 +385,24 @@ class EdgePool:
             self.send(before, edgewire.encode(edgewire.FORGET, [node]))
         self.assigned[node] = edge
         return edge, self.edges[edge].endpoints
+
+    def take_joined(self) -> list[tuple[str, list[Served]]]:
+        """The nodes edges said they serve already in their hellos since the last call."""
+        joined, self.joined = self.joined, []
+        return joined
+
+    def adopt(self, node: str, edge: str) -> bool:
+        """Place ``node`` on ``edge``, which serves it already; False if it is placed on
+        another edge now (it asked again meanwhile, and its answer stands)."""
+        current = self.assigned.get(node)
+        if current is not None and current != edge:
+            return False
+        self.assigned[node] = edge
+        return True
+
+    def incarnation_of(self, edge: str) -> str:
+        """The incarnation ``edge`` signs its nodes' server heartbeats under."""
+        return self.edges[edge].incarnation
 
     def give_key(self, edge: str, key: list[Any]) -> None:
         """Queue a node's session key for ``edge``: sent at the turn's end, in one batch."""

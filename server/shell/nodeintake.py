@@ -111,9 +111,13 @@ class NodeIntake:
 
     def edge_report(
         self, edge: str, report: Report, owner: Callable[[str], str | None], now: float, now_ms: int
-    ) -> None:
+    ) -> list[str]:
         """What ``edge`` read this turn (``server.shell.edges``): liveness changes, the
-        heartbeats the leader needs, job replies. Only a node's own edge speaks for it."""
+        heartbeats the leader needs, job replies. Only a node's own edge speaks for it.
+        The nodes it says came online that no edge holds for this server (it serves them
+        for a leader before this one, and they were not handed over): to be asked to
+        rediscover, or they would talk to an edge that speaks for them to nobody."""
+        unowned: list[str] = []
         liveness = self.liveness
         assert isinstance(liveness, EdgeLiveness)
         for node, incarnation in report.restarted:
@@ -121,8 +125,10 @@ class NodeIntake:
                 self.nodes.reported(node, incarnation, None)
                 self.jobs.node_lost(node, now_ms, NODE_RESTARTED, restarted=True)
         for node, incarnation, endpoint in report.online:
-            if owner(node) != edge:
+            if (placed := owner(node)) != edge:
                 self.counters["edge_not_owner"] += 1
+                if placed is None:
+                    unowned.append(node)
                 continue
             # Restarted while it moved from another edge: that edge never saw the new one.
             info = self.nodes.get(node)
@@ -158,6 +164,7 @@ class NodeIntake:
                 self.jobs.reply(msg, now_ms)
             else:
                 self.standby_replies.append(msg)
+        return unowned
 
     def idle(self) -> None:
         """The reply socket had nothing this turn: no backlog."""

@@ -12,6 +12,7 @@ the broker decides the leader group's session: the real one takes the servers' 1
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -302,3 +303,50 @@ def test_the_leader_and_an_edge_of_its_own_killed_together_mid_job_on_kafka(
         pair.wait_online()
         again = pair.start("true")
         assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
+
+
+def test_the_standby_takes_over_an_edge_of_its_own_and_its_nodes_without_moving_them(
+    tmp_path: Path, kafka: Kafka
+) -> None:
+    """Every node on ``far-1``; the leader killed mid-job, the edge alive. The edge joins
+    the standby once it leads and hands it its nodes (sessions and all): no node asks
+    for a config again, the job completes, once on every node. The agents wait 20
+    offline windows of silence before they would rediscover, more than a takeover
+    takes here; that patience is what lets a fleet stay put."""
+    edges = {"edges": 1, "edge_bind": "tcp://127.0.0.1:0"}
+    patient = dataclasses.replace(kafka, silence_factor=20)
+    with kafka_pair(tmp_path, patient, server=edges) as (pair, _):
+        sandbox = pair.sandbox
+        sandbox.start_edge("far-1", timeout_s=60)
+
+        def far_online(api: str) -> int:
+            rows = {e["edge"]: e for e in (info_of(pair, api) or {}).get("edges", [])}
+            row = rows.get("far-1", {})
+            return int(row.get("online", 0)) if row.get("live") else -1
+
+        wait_until(lambda: far_online(sandbox.api) >= 0, TAKEOVER_S)
+        pair.client.call("server.drain", {"edge": "server-e0"})
+        wait_until(lambda: far_online(sandbox.api) == len(sandbox.nodes), TAKEOVER_S)
+        pair.client.call("server.drain", {"edge": "server-e0", "undo": True})
+        job = pair.start("count-slowly")
+        for name in sandbox.nodes:
+            pair.wait_node_state(job["job_id"], name, "running")
+        configs = {name: discoveries(sandbox, name) for name in sandbox.nodes}
+        sandbox.kill("server", signal.SIGKILL)
+        done = pair.wait_job(job["job_id"], timeout_s=TAKEOVER_S + 10)
+        assert done["state"] == "complete" and done["summary"] == {"succeeded": 3}, done
+        for name in sandbox.nodes:
+            assert (pair.root / f"count-{name}").read_text() == "x\n"  # one run per node
+        assert pair.leader_api() == pair.standby_api
+        wait_until(lambda: far_online(pair.standby_api) == len(sandbox.nodes), TAKEOVER_S)
+        again = pair.start("true")
+        assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
+        # Nobody asked for a config: the new leader took them as the edge served them.
+        assert {name: discoveries(sandbox, name) for name in sandbox.nodes} == configs
+        standby_log = (pair.root / "logs" / f"{SECOND}.log").read_text()
+        assert "edge far-1: 3 nodes taken as it serves them; 0 to ask again" in standby_log
+
+
+def discoveries(sandbox: Sandbox, node: str) -> int:
+    """How many configs the node's agent took so far (its log says each)."""
+    return sandbox.procs[node].log_text().count("config from ")

@@ -204,3 +204,57 @@ def test_a_server_that_does_not_lead_or_an_edge_lost_is_granted_nothing(
     wait_until(read_at_200, 5, 0.01)  # its report read, after the loss
     edges.grant(2500)
     assert grants(dealer) == []
+
+
+def served(node: str, **changes: object) -> list[object]:
+    entry: dict[str, object] = {
+        "node": node,
+        "key_ids": ["s1", "s2"],
+        "curve": "c" * 40,
+        "endpoint": "tcp://10.0.0.9:5000",
+        "incarnation": "i1",
+        "online": True,
+        "facts": {"os": "linux"},
+        "tags": ["web"],
+    }
+    entry.update(changes)
+    return list(entry.values())
+
+
+def test_an_edge_that_served_another_leader_brings_its_nodes_after_its_hello(
+    transport: Transport,
+) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    nodes = [
+        served("node-1"),
+        served("node-2", online=False),
+        served("node-3", facts="not a table"),  # left out, counted
+        ["too", "short"],
+    ]
+    dealer = say_hello(transport, edges, curve, remote=True)
+    dealer.send_multipart(edgewire.encode(edgewire.SERVING, {"nodes": nodes}))
+    heard_until(edges, lambda: bool(edges.joined))
+    ((edge, brought),) = edges.take_joined()
+    assert edge == "far-1" and [s.node for s in brought] == ["node-1", "node-2"]
+    endpoint = "tcp://10.0.0.9:5000"
+    assert brought[0] == edgewire.Served(
+        "node-1", ("s1", "s2"), "c" * 40, endpoint, "i1", True, {"os": "linux"}, ("web",)
+    )
+    assert not brought[1].online
+    assert edges.refused == 2
+    assert edges.take_joined() == []  # taken once
+
+
+def test_a_node_placed_elsewhere_since_is_not_taken_from_an_edge_that_brings_it(
+    transport: Transport,
+) -> None:
+    curve = curve_keys()
+    edges = pool(transport, curve, bind="tcp://127.0.0.1:0")
+    say_hello(transport, edges, curve, remote=True, edge="a")
+    say_hello(transport, edges, curve, remote=True, edge="b")
+    heard_until(edges, lambda: len(edges.live()) == 2)
+    assert edges.adopt("node-1", "a")
+    assert edges.edge_of("node-1") == "a"
+    assert not edges.adopt("node-1", "b")  # on a now: it stays there
+    assert edges.edge_of("node-1") == "a"
