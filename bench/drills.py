@@ -5,9 +5,11 @@ of one the suite runs bounded (``setup.cfg`` runs the suite with ``-m "not drill
 
 Runs ``pytest -m drill`` (``--repeat`` times, stopping at the first failure) and prints
 the machine, each run's outcome and wall time, and the drills' own durations. Today's
-drills: every Kafka broker down 14 s and back, one broker's disk full mid-job
-(tests/e2e/test_kafka_broker_faults.py; needs Java and the Kafka jars), and a second
-chaos seed (tests/e2e/test_chaos.py). Exits 1 if a run failed.
+drills: every Kafka broker down 14 s and back, one broker's disk full mid-job, the broker
+leading ``commands`` stopped past its session (tests/e2e/test_kafka_broker_faults.py;
+needs Java and the Kafka jars), schedule partitions moving on a real broker, colliding
+fires through a stopped standby and a killed leader, enrolment spam over many
+connections, and a second chaos seed. Exits 1 if a run failed.
 """
 
 from __future__ import annotations

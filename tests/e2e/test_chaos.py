@@ -23,7 +23,7 @@ SEEDS = (
     else [1, pytest.param(2, marks=pytest.mark.drill)]
 )
 ROUNDS = 3  # a bounded run: bench/chaos.py plays the same for as long as you like
-EDGE_ROUNDS = 3  # bench/chaos.py --edges 2 runs them for as long as you like
+EDGE_ROUNDS = 2  # bench/chaos.py --edges 2 runs them for as long as you like
 
 
 @pytest.mark.chaos

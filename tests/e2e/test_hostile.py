@@ -395,6 +395,7 @@ def test_enrolment_spam_is_capped_and_folded(fleet: Fleet) -> None:
     assert KeyRegistry(registry).get("node-1").state is KeyState.ACCEPTED
 
 
+@pytest.mark.drill  # 14 s: bench/drills.py (the suite: test_enrolment_spam_is_capped_and_folded)
 def test_enrolment_spam_over_many_connections_stays_bounded(fleet: Fleet) -> None:
     # libzmq queues what each connection sent ahead of the loop, up to the API socket's
     # receive HWM, at ~10 KB a CurveZMQ request: 40 connections sending all they can used

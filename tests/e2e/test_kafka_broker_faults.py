@@ -7,6 +7,9 @@ agents on a cluster of three KRaft nodes (replication factor 3, ``min.insync.rep
 - every broker killed, the cluster held down 14 s, then started again on its data;
 - one broker's disk full (its log directory a tmpfs of its own, filled up mid-job).
 
+The suite runs the first; the other three are drills (``bench/drills.py``): long, and the
+same safety checks as the first.
+
 For each: the job acknowledged before the fault and the schedule added before it each
 complete, once the cluster serves; every node ran the job and the schedule's job exactly
 once (each run journals its start and end in ``runs-NODE``); the schedule fired once. With
@@ -288,6 +291,7 @@ def test_the_broker_leading_commands_killed_mid_job(tmp_path: Path, cluster: Kaf
         s.again()
 
 
+@pytest.mark.drill  # 15 s: bench/drills.py (the suite: that broker killed)
 def test_the_broker_leading_commands_stopped_past_its_session(
     tmp_path: Path, cluster: KafkaCluster
 ) -> None:

@@ -40,6 +40,7 @@ PER_NODE = 4
 SESSION_S = 1.5  # the sandbox's leader_session_s
 
 
+@pytest.mark.drill  # 17 s: bench/drills.py (the suite: test_schedules.py, across server kills)
 def test_colliding_fires_survive_a_stopped_standby_and_a_killed_leader(tmp_path: Path) -> None:
     sandbox = make_sandbox(tmp_path)
     try:

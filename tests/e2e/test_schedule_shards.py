@@ -214,6 +214,7 @@ def test_every_due_time_fires_once_as_partitions_move_between_servers(tmp_path: 
 
 
 @pytest.mark.kafka
+@pytest.mark.drill  # 15 s: bench/drills.py runs it (the suite: the same on SQLite above)
 def test_the_same_on_a_kafka_broker(tmp_path: Path) -> None:
     """On a real broker (the session's, under a topic prefix of its own): the schedule
     partitions' group is Kafka's classic group protocol, with its own session bounds."""
