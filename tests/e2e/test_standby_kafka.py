@@ -266,28 +266,36 @@ def test_a_leader_stopped_beyond_its_session_never_acts_beside_its_successor(
         assert pair.wait_job(job["job_id"], timeout_s=TAKEOVER_S)["summary"] == {"succeeded": 3}
 
 
+EDGES = {"edges": 1, "edge_bind": "tcp://127.0.0.1:0"}  # both servers take edges of their own
+
+
+def far_online(pair: Pair, api: str) -> int:
+    """Nodes online through ``far-1`` as the server at ``api`` sees it; -1 if not live."""
+    rows = {e["edge"]: e for e in (info_of(pair, api) or {}).get("edges", [])}
+    row = rows.get("far-1", {})
+    return int(row.get("online", 0)) if row.get("live") else -1
+
+
+def every_node_on_far(pair: Pair) -> None:
+    """Start ``far-1`` and move every node onto it: the agents came first, so the
+    leader's own edge is drained, then taken back."""
+    sandbox = pair.sandbox
+    sandbox.start_edge("far-1", timeout_s=60)
+    wait_until(lambda: far_online(pair, sandbox.api) >= 0, TAKEOVER_S)
+    pair.client.call("server.drain", {"edge": "server-e0"})
+    wait_until(lambda: far_online(pair, sandbox.api) == len(sandbox.nodes), TAKEOVER_S)
+    pair.client.call("server.drain", {"edge": "server-e0", "undo": True})
+
+
 def test_the_leader_and_an_edge_of_its_own_killed_together_mid_job_on_kafka(
     tmp_path: Path, kafka: Kafka
 ) -> None:
     """Both servers take edges of their own; ``far-1`` serves the leader's every node.
-    Killed with it mid-job and started again (as its unit would), the edge finds the standby once it
-    leads and serves it; the job completes, once on every node."""
-    edges = {"edges": 1, "edge_bind": "tcp://127.0.0.1:0"}
-    with kafka_pair(tmp_path, kafka, server=edges) as (pair, _):
+    Killed with it mid-job and started again (as its unit would), the edge finds the
+    standby once it leads and serves it; the job completes, once on every node."""
+    with kafka_pair(tmp_path, kafka, server=EDGES) as (pair, _):
         sandbox = pair.sandbox
-        sandbox.start_edge("far-1", timeout_s=60)
-
-        def far_online(api: str) -> int:
-            rows = {e["edge"]: e for e in (info_of(pair, api) or {}).get("edges", [])}
-            row = rows.get("far-1", {})
-            return int(row.get("online", 0)) if row.get("live") else -1
-
-        # The agents came first: every node onto it (the leader's own edge drained, then
-        # taken back), so that killing it costs every node its edge.
-        wait_until(lambda: far_online(sandbox.api) >= 0, TAKEOVER_S)
-        pair.client.call("server.drain", {"edge": "server-e0"})
-        wait_until(lambda: far_online(sandbox.api) == len(sandbox.nodes), TAKEOVER_S)
-        pair.client.call("server.drain", {"edge": "server-e0", "undo": True})
+        every_node_on_far(pair)
         job = pair.start("count-slowly")
         for name in sandbox.nodes:
             pair.wait_node_state(job["job_id"], name, "running")
@@ -299,7 +307,7 @@ def test_the_leader_and_an_edge_of_its_own_killed_together_mid_job_on_kafka(
         for name in sandbox.nodes:
             assert (pair.root / f"count-{name}").read_text() == "x\n"  # one run per node
         assert pair.leader_api() == pair.standby_api
-        wait_until(lambda: far_online(pair.standby_api) >= 0, TAKEOVER_S)  # it serves the new one
+        wait_until(lambda: far_online(pair, pair.standby_api) >= 0, TAKEOVER_S)  # serves the new
         pair.wait_online()
         again = pair.start("true")
         assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
@@ -313,21 +321,10 @@ def test_the_standby_takes_over_an_edge_of_its_own_and_its_nodes_without_moving_
     for a config again, the job completes, once on every node. The agents wait 20
     offline windows of silence before they would rediscover, more than a takeover
     takes here; that patience is what lets a fleet stay put."""
-    edges = {"edges": 1, "edge_bind": "tcp://127.0.0.1:0"}
     patient = dataclasses.replace(kafka, silence_factor=20)
-    with kafka_pair(tmp_path, patient, server=edges) as (pair, _):
+    with kafka_pair(tmp_path, patient, server=EDGES) as (pair, _):
         sandbox = pair.sandbox
-        sandbox.start_edge("far-1", timeout_s=60)
-
-        def far_online(api: str) -> int:
-            rows = {e["edge"]: e for e in (info_of(pair, api) or {}).get("edges", [])}
-            row = rows.get("far-1", {})
-            return int(row.get("online", 0)) if row.get("live") else -1
-
-        wait_until(lambda: far_online(sandbox.api) >= 0, TAKEOVER_S)
-        pair.client.call("server.drain", {"edge": "server-e0"})
-        wait_until(lambda: far_online(sandbox.api) == len(sandbox.nodes), TAKEOVER_S)
-        pair.client.call("server.drain", {"edge": "server-e0", "undo": True})
+        every_node_on_far(pair)
         job = pair.start("count-slowly")
         for name in sandbox.nodes:
             pair.wait_node_state(job["job_id"], name, "running")
@@ -338,7 +335,7 @@ def test_the_standby_takes_over_an_edge_of_its_own_and_its_nodes_without_moving_
         for name in sandbox.nodes:
             assert (pair.root / f"count-{name}").read_text() == "x\n"  # one run per node
         assert pair.leader_api() == pair.standby_api
-        wait_until(lambda: far_online(pair.standby_api) == len(sandbox.nodes), TAKEOVER_S)
+        wait_until(lambda: far_online(pair, pair.standby_api) == len(sandbox.nodes), TAKEOVER_S)
         again = pair.start("true")
         assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
         # Nobody asked for a config: the new leader took them as the edge served them.

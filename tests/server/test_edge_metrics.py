@@ -20,6 +20,7 @@ from server.edge.edgeconfig import EdgeConfig, EdgeSection
 from server.edge.edgemetrics import EdgeMetrics, families, with_leader
 from server.shell.membership import LEADER, Member
 from server.shell.prometheus import DEFAULT_BIND, edges_of, heartbeat_lag
+from tests.server.test_metrics import value
 
 # As ``Edge._load`` builds it (its hello's fields, then the figures).
 LOAD: dict[str, Any] = {
@@ -83,12 +84,6 @@ def exposition(load: Mapping[str, Any]) -> dict[str, Any]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Fixed(load))
     return scrape_text(generate_latest(registry).decode())
-
-
-def value(family: Any, sample: str, **labels: str) -> float:
-    found = [s.value for s in family.samples if s.name == sample and s.labels == labels]
-    assert len(found) == 1, (sample, labels, family.samples)
-    return float(found[0])
 
 
 def test_an_edge_waiting_for_a_leader_says_so_and_nothing_else() -> None:
