@@ -129,7 +129,7 @@ def decode_report(payload: Any, rest: list[bytes]) -> Report:
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """A node an edge serves already, as its hello hands it to a new leader."""
+    """A node an edge serves already, as its ``serving`` messages hand it to a new leader."""
 
     node: str
     key_ids: tuple[str, ...]

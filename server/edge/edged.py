@@ -576,8 +576,8 @@ class Edge:
     def rejoin(self, leader_endpoint: str) -> None:
         """Serve another leader, keeping its nodes: the channel to ``leader_endpoint``,
         a new lease, nothing the last leader asked for (its commands, its moves: the new
-        one sends again what its jobs still need), then ``run`` again, whose hello hands
-        the new leader these nodes."""
+        one sends again what its jobs still need), then ``run`` again, which hands the
+        new leader these nodes after its hello."""
         self.transport.close_socket(self.leader)
         self.leader = self._channel(leader_endpoint)
         self.spec = dataclasses.replace(self.spec, leader_endpoint=leader_endpoint)

@@ -13,7 +13,7 @@ When the leader falls silent (killed, deposed, cut off) the edge stops serving i
 sending commands: ``server.core.edgelease``) and this program reads the control topic
 again for the next leader, skipping the one it lost unless that one writes again (it
 was only paused). The edge keeps its sockets, its nodes' sessions and what they told
-the leader at discovery, and hands them to the next leader in its hello: its nodes,
+the leader at discovery, and hands them to the next leader after its hello: its nodes,
 which hear heartbeats the edge signs under its own incarnation, stay where they are and
 ask nobody for a config (if the next leader comes within their patience: a few offline
 windows of silence; otherwise they rediscover, and land where rendezvous hashing puts

@@ -133,7 +133,7 @@ class EdgePool:
         self.by_route: dict[bytes, str] = {}
         self.assigned: dict[str, str] = {}  # node -> edge, decided at its last discovery
         self.refused = 0
-        self.joined: list[tuple[str, list[Served]]] = []  # hellos' nodes: ``take_joined``
+        self.joined: list[tuple[str, list[Served]]] = []  # ``serving`` nodes: ``take_joined``
         self.unanswered = 0  # config replies dropped with the edge they waited for
         for state in self.edges.values():
             self._start(state, now)
@@ -387,7 +387,7 @@ class EdgePool:
         return edge, self.edges[edge].endpoints
 
     def take_joined(self) -> list[tuple[str, list[Served]]]:
-        """The nodes edges said they serve already in their hellos since the last call."""
+        """The nodes edges said they serve already (``serving``) since the last call."""
         joined, self.joined = self.joined, []
         return joined
 
