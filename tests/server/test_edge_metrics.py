@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from server.edge.edgeconfig import EdgeConfig, EdgeSection
 from server.edge.edgemetrics import EdgeMetrics, families, with_leader
 from server.shell.membership import LEADER, Member
 from server.shell.prometheus import DEFAULT_BIND, edges_of, heartbeat_lag
+from tests.server.test_metrics import fetch as fetch_text
 from tests.server.test_metrics import value
 
 # As ``Edge._load`` builds it (its hello's fields, then the figures).
@@ -214,9 +214,7 @@ class StubEdge:
 
 
 def fetch(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        assert response.status == 200
-        return scrape_text(response.read().decode())
+    return scrape_text(fetch_text(url))
 
 
 def test_the_endpoint_serves_whichever_edge_runs_read_at_each_scrape() -> None:
