@@ -168,6 +168,7 @@ class Server:
                 now=self.clock.monotonic(),
                 bind=_edge_bind(config),
             )
+            self.membership.shares = self.edges.shares
             if section.edge_bind:
                 # Named on the control topic while this server leads (``pushjobs-edge``).
                 channel = bound_endpoint(self.edges.router)

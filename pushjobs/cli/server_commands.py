@@ -201,7 +201,7 @@ def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
         share = shares(row.get("partitions"))
         if "serves" in row:
             # An edge of its own: its share is nodes, not schedules; whom it serves.
-            share = f"{row.get('nodes', 0):,} nodes"
+            share = edge_share(row)
             serves = row.get("serves") or "nobody yet"
             epoch = f"serves {serves}"
         rows.append(
@@ -217,6 +217,17 @@ def server_rows(servers: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+def edge_share(row: Mapping[str, Any]) -> str:
+    """An edge's share and load: ``3,316 nodes, 3.3k/s, p99 6 ms``; ``(own)`` for one its
+    server started."""
+    text = f"{row.get('nodes', 0):,} nodes"
+    if row.get("nodes"):
+        rate = float(row.get("rate") or 0.0)
+        text += f", {rate / 1000:.1f}k/s" if rate >= 1000 else f", {rate:.0f}/s"
+        text += f", p99 {_ms(row.get('lag_p99_ms') or 0.0)}"
+    return text + (" (own)" if row.get("own") else "")
 
 
 def partition_label(topic: str) -> str:
@@ -255,8 +266,9 @@ def list_servers(
     """Every server of the installation: its role (leader, standby; deposed or gone when
     its record says a lease it no longer holds, or is stale), epoch, last pong, the
     schedule partitions it fires (how many: which) and endpoints. The server that
-    answered is marked with *. Edges of their own (pushjobs-edge) follow, role edge:
-    the server they serve, their nodes and their endpoints.
+    answered is marked with *. Edges follow, role edge: the server they serve, their
+    share (nodes, heartbeats read per second, their lag's p99; (own) for one the server
+    started itself) and their endpoints.
 
     Example: pushjobs server list --json
     """

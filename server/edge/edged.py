@@ -76,6 +76,7 @@ GATHER_BELOW = 256  # messages in a turn's read: fewer, and the next read waits 
 GATHER_S = 0.005
 QUIET_AFTER = 1.5  # intervals without the leader's heartbeat: the nodes' silence is its own
 LEADER_GONE_AFTER = 3.0  # intervals of it: an edge of its own looks for the leader again
+RATE_WINDOW_S = 5.0  # the heartbeat rate an edge states is over this many seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,8 @@ class Edge:
         self.leader_gone = False  # stopped because the leader fell silent
         self.last_load: dict[str, Any] = {}  # as last reported (read by pushjobs-edge's pong)
         self.started = now
+        # Heartbeats read per second, over RATE_WINDOW_S: (since, count then, the last rate).
+        self.rate_mark: tuple[float, int, float] = (now, 0, 0.0)
 
     def _channel(self, endpoint: str) -> zmq.Socket[bytes]:
         """The DEALER to a leader's edge channel (CurveZMQ: the server's key both ends)."""
@@ -606,11 +609,23 @@ class Edge:
             "backlog": self.intake.backlog,
             "lag_p99_ms": _percentile(lag, 0.99),
             "heartbeats": self.intake.counters["heartbeats"],
+            "rate": self._rate(now),
             "heartbeat_lag_ms": {str(ms): n for ms, n in enumerate(lag) if n},
             "command_sockets": self.channels.command_sockets,
             "command_drops": self.channels.command_drops,
             "fenced": not self.lease.valid(now),  # no grant holds: commands would wait
         }
+
+    def _rate(self, now: float) -> float:
+        """Heartbeats read per second over the last RATE_WINDOW_S (or since it started)."""
+        since, then, rate = self.rate_mark
+        count = self.intake.counters["heartbeats"]
+        if now - since >= RATE_WINDOW_S:
+            rate = round((count - then) / (now - since), 1)
+            self.rate_mark = (now, count, rate)
+        elif rate == 0.0 and now > since:
+            rate = round((count - then) / (now - since), 1)  # the first window: as far as read
+        return rate
 
     def close(self) -> None:
         waiting = sum(len(f.nodes) - f.next for f in self.fanouts)

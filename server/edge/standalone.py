@@ -135,6 +135,8 @@ class Pong:
             online=int(load.get("online", 0)),
             capacity=edge.spec.capacity,
             version=__version__,
+            rate=float(load.get("rate", 0.0)),
+            lag_p99_ms=float(load.get("lag_p99_ms", 0.0)),
         )
 
     def _run(self) -> None:

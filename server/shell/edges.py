@@ -50,6 +50,7 @@ from pushjobs.transport.sockets import CurveKeys, Transport, bound_endpoint, dra
 from server.core import edgelease, edgewire, rendezvous
 from server.core.edgewire import Report, Served
 from server.core.rendezvous import MAX_CAPACITY, MIN_CAPACITY
+from server.shell.membership import Share
 
 log = logging.getLogger("pushjobs.server")
 
@@ -429,6 +430,25 @@ class EdgePool:
 
     def edge_of(self, node: str) -> str | None:
         return self.assigned.get(node)
+
+    def shares(self) -> list[Share]:
+        """The share of each live edge this server started (edges of their own write
+        theirs), for this server's record on the control topic."""
+        return [
+            Share(
+                name=state.name,
+                incarnation=state.incarnation,
+                heartbeat=state.endpoints.get("heartbeat", ""),
+                reply=state.endpoints.get("reply", ""),
+                nodes=int(state.load.get("nodes", 0)),
+                online=int(state.load.get("online", 0)),
+                capacity=state.capacity,
+                rate=float(state.load.get("rate", 0.0)),
+                lag_p99_ms=float(state.load.get("lag_p99_ms", 0.0)),
+            )
+            for state in self.edges.values()
+            if state.live and not state.remote
+        ]
 
     def status(self) -> list[dict[str, Any]]:
         out = []

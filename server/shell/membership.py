@@ -3,9 +3,10 @@
 Theory of operation. Each server appends one record about itself to the compacted
 ``control`` topic every lease renewal (a third of a session): key
 ``server:<name>:<incarnation>``, value ``{name, incarnation, role, epoch, api, heartbeat,
-reply, ts, partitions}`` with the endpoints it advertises, its wall time and the schedule
-partitions it owns (``schedpartitions.py``: who fires what, for ``server list`` and
-``schedule show``; as of that record, written again at once when they change). The
+reply, ts, partitions, version, edges}`` with the endpoints it advertises, its wall time,
+the schedule partitions it owns (``schedpartitions.py``: who fires what, for ``server
+list`` and ``schedule show``; as of that record, written again at once when they change)
+and, while it leads, the share of each edge it started itself (``Share``). The
 leader's record is the ping, a standby's the pong; nobody answers anybody, so a server
 that stops writing is simply forgotten once its record is stale. The same turn reads what
 the others wrote since the offset last read and folds it (``Roster``, pure): the latest
@@ -15,9 +16,12 @@ is listed at once, not at the next renewal.
 
 Edges of their own (``pushjobs-edge``) write a record there too, keyed
 ``edge:<name>:<incarnation>``, role ``edge``: their endpoints, the leader incarnation they
-serve, their nodes (those online too), stated capacity and version, at the same pace, and a
-tombstone when they stop or change leaders. ``server list`` shows them with their share;
-nothing here counts them as servers (no lease, no schedule partitions).
+serve, their nodes (those online too), stated capacity, load (heartbeats read per second,
+their lag's p99) and version, at the same pace, and a tombstone when they stop or change
+leaders. ``server list`` shows every edge with its share; nothing here counts them as
+servers (no lease, no schedule partitions). No record is written per node: a node's edge
+follows from its name and the edges' capacities (rendezvous hashing, at discovery), and
+a leader that takes over learns each edge's nodes from the edge (``serving``).
 
 Who leads, as far as the control topic knows (``Roster.leader``): of the records younger
 than ``stale_ms`` (1.5 lease sessions: a leader writes every third of one, and its lease
@@ -51,6 +55,7 @@ from typing import Any
 
 import orjson
 
+from pushjobs import __version__
 from pushjobs.clock import Clock
 from pushjobs.errors import ApiError, LogError
 from pushjobs.log.base import OrderedLog
@@ -61,10 +66,26 @@ log = logging.getLogger("pushjobs.server")
 LEADER, STANDBY, EDGE = "leader", "standby", "edge"
 STALE_SESSIONS = 1.5  # a record older than this many lease sessions is not believed
 READ_BATCH = 1000
+MAX_SHARES = 1024  # a leader's own edges in its record (``[server] edges`` is far fewer)
 # ``server.list`` reads what was written since the last read, at most this often: a new
 # server is listed as soon as it wrote its record, not at the next renewal, and a client
 # asking in a loop costs one read (a few µs on SQLite, a round trip on Kafka) per 0.1 s.
 LIST_READ_EVERY_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One of a leader's own edges, as its leader's record states it."""
+
+    name: str
+    incarnation: str
+    heartbeat: str
+    reply: str
+    nodes: int
+    online: int
+    capacity: float
+    rate: float
+    lag_p99_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +113,13 @@ class Member:
     nodes: int = 0
     online: int = 0
     capacity: float = 1.0
-    version: str = ""
+    version: str = ""  # the pushjobs version that wrote it ("" before they said)
+    # An edge's load besides its nodes: heartbeats read per second, their lag's p99.
+    rate: float = 0.0
+    lag_p99_ms: float = 0.0
+    # A leader's own edges (those ``pushjobs-server`` starts), which write no record of
+    # their own: each one's share, so that the record set tells every node share.
+    edges: tuple[Share, ...] = ()
 
     @property
     def key(self) -> str:
@@ -174,11 +201,12 @@ def decode(value: bytes) -> Member:
     if not isinstance(partitions, list) or any(type(t) is not str for t in partitions):
         raise ValueError("partitions is not a list of topics")
     serves, version = raw.get("serves", ""), raw.get("version", "")
-    nodes, online, capacity = raw.get("nodes", 0), raw.get("online", 0), raw.get("capacity", 1.0)
     if type(serves) is not str or type(version) is not str:
         raise ValueError("serves or version is not text")
-    if type(nodes) is not int or type(online) is not int or type(capacity) not in (int, float):
-        raise ValueError("nodes, online or capacity is not a number")
+    load = _load(raw)
+    edges = raw.get("edges", [])
+    if not isinstance(edges, list) or len(edges) > MAX_SHARES:
+        raise ValueError(f"edges is not a list of at most {MAX_SHARES}")
     return Member(
         **{k: raw[k] for k in _TEXT},
         epoch=epoch,
@@ -186,11 +214,35 @@ def decode(value: bytes) -> Member:
         partitions=tuple(partitions),
         edge=_edge(raw.get("edge")),
         serves=serves,
-        nodes=nodes,
-        online=online,
-        capacity=float(capacity),
         version=version,
+        edges=tuple(_share(e) for e in edges),
+        **load,
     )
+
+
+def _load(raw: dict[str, Any]) -> dict[str, Any]:
+    """An edge's stated load (``nodes``, ``online``, ``capacity``, ``rate``,
+    ``lag_p99_ms``), each absent one as a version before it wrote them."""
+    nodes, online = raw.get("nodes", 0), raw.get("online", 0)
+    if type(nodes) is not int or type(online) is not int:
+        raise ValueError("nodes or online is not an integer")
+    out: dict[str, Any] = {"nodes": nodes, "online": online}
+    for name, default in (("capacity", 1.0), ("rate", 0.0), ("lag_p99_ms", 0.0)):
+        value = raw.get(name, default)
+        if type(value) not in (int, float):
+            raise ValueError(f"{name} is not a number")
+        out[name] = float(value)
+    return out
+
+
+def _share(raw: Any) -> Share:
+    if not isinstance(raw, dict):
+        raise ValueError("an edge's share is not an object")
+    text = [raw.get(k) for k in ("name", "incarnation", "heartbeat", "reply")]
+    if any(type(t) is not str for t in text):
+        raise ValueError("an edge's name, incarnation or endpoint is missing or not text")
+    name, incarnation, heartbeat, reply = map(str, text)
+    return Share(name, incarnation, heartbeat, reply, **_load(raw))
 
 
 class Roster:
@@ -262,6 +314,7 @@ class Roster:
                     "reply": m.reply,
                     # A stale record's partitions have moved on (or will): none shown.
                     "partitions": sorted(m.partitions) if role in (LEADER, STANDBY) else [],
+                    "version": m.version,
                 }
             )
             if m.role == EDGE:
@@ -272,9 +325,14 @@ class Roster:
                     nodes=m.nodes if role == EDGE else 0,
                     online=m.online if role == EDGE else 0,
                     capacity=m.capacity,
+                    rate=m.rate if role == EDGE else 0.0,
+                    lag_p99_ms=m.lag_p99_ms if role == EDGE else 0.0,
                     serves=served,
-                    version=m.version,
+                    own=False,
                 )
+            elif role == LEADER:
+                # Its own edges' shares, as fresh as its record; they go with it.
+                out.extend(_own_edge_row(m, share, now_ms) for share in m.edges)
         order = {LEADER: 0, STANDBY: 1, EDGE: 2, "deposed": 3, "gone": 4}
         out.sort(key=lambda r: (order[r["role"]], r["name"], r["incarnation"]))
         return out
@@ -285,6 +343,30 @@ class Roster:
             if m.role != EDGE and m.incarnation == edge.serves and edge.serves:
                 return f"{m.name}:{m.incarnation}"
         return ""
+
+
+def _own_edge_row(leader: Member, share: Share, now_ms: int) -> dict[str, Any]:
+    """A ``server list`` row for one of ``leader``'s own edges, as ``rows`` shows an edge
+    of its own (``own``: started by that server, not by an operator)."""
+    return {
+        "name": share.name,
+        "incarnation": share.incarnation,
+        "role": EDGE,
+        "epoch": None,
+        "last_pong_ms_ago": max(0, now_ms - leader.ts),
+        "api": "",
+        "heartbeat": share.heartbeat,
+        "reply": share.reply,
+        "partitions": [],
+        "version": leader.version,
+        "nodes": share.nodes,
+        "online": share.online,
+        "capacity": share.capacity,
+        "rate": share.rate,
+        "lag_p99_ms": share.lag_p99_ms,
+        "serves": f"{leader.name}:{leader.incarnation}",
+        "own": True,
+    }
 
 
 class Membership:
@@ -316,6 +398,9 @@ class Membership:
         # The schedule partitions this server owns now (the scheduler's, wired by serverd).
         self.partitions: Callable[[], Iterable[str]] = tuple
         self.written: tuple[str, ...] = ()  # the partitions of the record last written
+        # The shares of this server's own edges while it leads (the edge pool's, wired by
+        # serverd): the one place a share of theirs is written down.
+        self.shares: Callable[[], Iterable[Share]] = tuple
 
     @classmethod
     def reader(cls, leadership: Leadership, clock: Clock) -> Membership | None:
@@ -340,6 +425,8 @@ class Membership:
             ts=now_ms,
             partitions=tuple(sorted(self.partitions())),
             edge=self.edge if leader else None,
+            version=__version__,
+            edges=tuple(self.shares()) if leader else (),
         )
 
     def beat(self) -> None:

@@ -66,6 +66,8 @@ def test_an_edge_of_its_own_shows_whom_it_serves_and_its_nodes() -> None:
         "nodes": 12345,
         "online": 12000,
         "capacity": 1.0,
+        "rate": 12100.0,
+        "lag_p99_ms": 6.2,
         "version": "0.1.0",
     }
     row = render_list([ROWS[0], edge]).splitlines()[2]
@@ -78,10 +80,38 @@ def test_an_edge_of_its_own_shows_whom_it_serves_and_its_nodes() -> None:
         "s",
         "ago",
         "12,345",
-        "nodes",
+        "nodes,",
+        "12.1k/s,",
+        "p99",
+        "6.2",
+        "ms",
         "-",
         "tcp://10.0.0.9:7720",
         "tcp://10.0.0.9:7721",
     ]
     looking = render_list([{**edge, "serves": ""}]).splitlines()[1]
     assert "serves nobody yet" in looking
+
+
+def test_a_servers_own_edge_is_marked_and_an_empty_edge_states_no_load() -> None:
+    own = {
+        "name": "server-e0",
+        "incarnation": "dd44",
+        "role": "edge",
+        "epoch": None,
+        "last_pong_ms_ago": 420,
+        "api": "",
+        "heartbeat": "tcp://10.0.0.5:7710",
+        "reply": "tcp://10.0.0.5:7711",
+        "partitions": [],
+        "serves": "server:aa11",
+        "nodes": 850,
+        "online": 850,
+        "capacity": 1.0,
+        "rate": 849.6,
+        "lag_p99_ms": 12.0,
+        "own": True,
+    }
+    lines = render_list([ROWS[0], own, {**own, "name": "server-e1", "nodes": 0}]).splitlines()
+    assert "850 nodes, 850/s, p99 12 ms (own)" in lines[2]
+    assert "0 nodes (own)" in lines[3] and "/s" not in lines[3]

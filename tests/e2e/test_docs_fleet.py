@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,7 +57,7 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     extra = blocks(FLEET_PAGE, EDGES)
     assert [kind for kind, _ in extra] == ["toml", "sh"]
     own = blocks(FLEET_PAGE, OWN_EDGE)
-    assert [kind for kind, _ in own] == ["toml", "toml", "sh", "sh", "sh"]
+    assert [kind for kind, _ in own] == ["toml", "toml", "sh", "sh", "sh", "sh"]
     assert "server.toml" in own[0][1] and "edge.toml" in own[1][1]
     found = blocks(FLEET_PAGE, FLEET)
     first_server_toml = next(
@@ -86,8 +87,19 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     a_simulated_fleet_runs_a_job(walk)
     # Its share of them: nodes placed on it (its load, reported every interval).
     wait_until(lambda: edge_rows(walk)["edge-b"]["online"] > 0, 10, 0.2)
-    # Its own metrics, scraped as the section says: whom it serves, and those nodes.
+    # Every edge's share on the control topic: edge-b's own record, the server's for its
+    # two; together every node online, web-01 and the 200 simulated (as of their last
+    # records: looked for until so).
     walk.block(*own[3])
+    wait_until(lambda: sum(r["online"] for r in listed_edges(walk).values()) == 201, 10, 0.2)
+    shares = listed_edges(walk)
+    assert sorted(shares) == ["edge-b", "server-e0", "server-e1"], shares
+    assert [shares[e]["own"] for e in sorted(shares)] == [False, True, True], shares
+    assert all(row["serves"].startswith("server:") for row in shares.values()), shares
+    records = [json.loads(line) for line in walk.output("pushjobs log tail control").splitlines()]
+    assert {r["key"].partition(":")[0] for r in records} >= {"edge", "server"}, records
+    # Its own metrics, scraped as the section says: whom it serves, and those nodes.
+    walk.block(*own[4])
     scraped = edge_metrics(walk.output("curl"))
     assert scraped["pushjobs_edge_serving"] == [({}, 1.0)], scraped
     ((serves, _),) = scraped["pushjobs_edge_leader_info"]
@@ -96,7 +108,7 @@ def test_the_fleet_page_runs_with_edges_as_its_last_section_says(walk: Walkthrou
     ((_, nodes),) = scraped["pushjobs_edge_nodes"]
     assert 0 < online <= nodes <= 200, scraped
     # Drained, as the section says: its simulated nodes move to the server's own edges.
-    walk.block(*own[4])
+    walk.block(*own[5])
     assert "edge-b: drained" in walk.output("pushjobs server drain edge-b --wait")
     drained = edge_rows(walk)["edge-b"]
     assert drained["draining"] and drained["online"] == 0, drained
@@ -106,6 +118,13 @@ def edge_rows(walk: Walkthrough) -> dict[str, dict[str, object]]:
     status = walk.json("pushjobs server status")
     assert isinstance(status, dict), status
     return {str(row["edge"]): row for row in status["edges"]}
+
+
+def listed_edges(walk: Walkthrough) -> dict[str, dict[str, Any]]:
+    """``server list --json``'s edges, by name, as the control topic says now."""
+    rows = walk.json("pushjobs server list")
+    assert isinstance(rows, list), rows
+    return {str(row["name"]): row for row in rows if row["role"] == "edge"}
 
 
 def edge_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

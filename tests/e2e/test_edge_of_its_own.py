@@ -67,18 +67,27 @@ def test_it_joins_the_leader_and_serves_its_share(fleet: Fleet) -> None:
     leader = next(s for s in fleet.call("server.list")["servers"] if s["role"] == "leader")
     serving = f"{leader['name']}:{leader['incarnation']}"
 
-    def listed() -> dict[str, Any] | None:
-        rows = [s for s in fleet.call("server.list")["servers"] if s["role"] == "edge"]
-        return rows[0] if rows and rows[0]["nodes"] == len(on_far()) else None
+    def listed() -> dict[str, dict[str, Any]]:
+        rows = {s["name"]: s for s in fleet.call("server.list")["servers"] if s["role"] == "edge"}
+        return rows if sum(row["nodes"] for row in rows.values()) == len(NODES) else {}
 
-    wait_until(lambda: listed() is not None, 10, 0.1)
-    row = listed()
-    assert row is not None and row["name"] == FAR and row["serves"] == serving, row
-    # Stopped cleanly, it says goodbye: no longer listed.
+    # Every node's share is on the control topic: the edge's own record, and the leader's
+    # record for the edge it started.
+    wait_until(lambda: listed().get(FAR, {}).get("nodes") == len(on_far()), 10, 0.1)
+    rows = listed()
+    far_row, own = rows[FAR], rows["server-e0"]
+    assert far_row["serves"] == own["serves"] == serving and not far_row["own"] and own["own"]
+    assert own["nodes"] == len(NODES) - len(on_far()) and own["rate"] > 0, own
+    # Stopped cleanly, it says goodbye: no longer listed; the server's own edge stays.
     fleet.sandbox.kill(FAR, signal.SIGTERM)
     assert fleet.sandbox.procs[FAR].popen.returncode == 0
     wait_until(
-        lambda: all(s["role"] != "edge" for s in fleet.call("server.list")["servers"]), 10, 0.1
+        lambda: (
+            [s["name"] for s in fleet.call("server.list")["servers"] if s["role"] == "edge"]
+            == ["server-e0"]
+        ),
+        10,
+        0.1,
     )
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import orjson
 import pytest
 
+from pushjobs import __version__
 from pushjobs.api import methods
 from pushjobs.clock import FakeClock
 from pushjobs.errors import ApiError, BackendUnavailable
@@ -22,6 +23,7 @@ from server.shell.membership import (
     Member,
     Membership,
     Roster,
+    Share,
     advertised_api,
     advertised_channel,
     decode,
@@ -430,3 +432,65 @@ def test_edges_get_no_schedule_partitions() -> None:
 )
 def test_the_edge_channel_named_to_edges(bound: str, host: str, expected: str) -> None:
     assert advertised_channel(bound, host) == expected
+
+
+SHARE = Share(
+    name="server-e0",
+    incarnation="f00d",
+    heartbeat="tcp://h:7710",
+    reply="tcp://h:7711",
+    nodes=850,
+    online=849,
+    capacity=1.0,
+    rate=851.5,
+    lag_p99_ms=6.0,
+)
+
+
+def test_a_leaders_own_edges_are_listed_from_its_record_and_go_with_it() -> None:
+    leader = dataclasses.replace(member("a", LEADER, epoch=3), edges=(SHARE,), version="0.1.0")
+    assert decode(leader.encode()) == leader
+    rows = roster(leader, edge_member()).rows(NOW + 5)
+    assert [(row["name"], row["role"], row.get("own")) for row in rows] == [
+        ("server", LEADER, None),
+        ("far-1", EDGE, False),
+        ("server-e0", EDGE, True),
+    ]
+    own = rows[2]
+    assert (own["serves"], own["nodes"], own["online"]) == ("server:a", 850, 849)
+    assert (own["rate"], own["lag_p99_ms"], own["incarnation"]) == (851.5, 6.0, "f00d")
+    assert (own["heartbeat"], own["last_pong_ms_ago"]) == ("tcp://h:7710", 5)
+    assert rows[1]["rate"] == 0.0  # an edge of a version that stated no rate
+    # A deposed or stale leader's own edges are not listed: they serve no leader.
+    deposed = roster(leader, member("b", LEADER, epoch=4)).rows(NOW)
+    assert [row["name"] for row in deposed if row["role"] == EDGE] == []
+    stale = roster(dataclasses.replace(leader, ts=NOW - STALE_MS - 1)).rows(NOW)
+    assert [row["role"] for row in stale] == ["gone"]
+
+
+@pytest.mark.parametrize(
+    "edges",
+    [
+        "server-e0",
+        [{**dataclasses.asdict(SHARE), "nodes": "850"}],
+        [{**dataclasses.asdict(SHARE), "rate": None}],
+        [{k: v for k, v in dataclasses.asdict(SHARE).items() if k != "reply"}],
+        [dataclasses.asdict(SHARE)] * 1025,
+    ],
+)
+def test_a_leader_record_with_bad_edge_shares_is_skipped(edges: object) -> None:
+    raw = orjson.loads(dataclasses.replace(member("a", LEADER, epoch=3), edges=(SHARE,)).encode())
+    raw["edges"] = edges
+    r = Roster(STALE_MS)
+    r.apply(member("a").key, orjson.dumps(raw))
+    assert r.bad == 1 and r.members == {}
+
+
+def test_the_leader_writes_its_own_edges_shares_and_its_version_a_standby_neither() -> None:
+    clock = FakeClock()
+    a, b = two(clock)
+    for server in (a, b):
+        server.membership.shares = lambda: [SHARE]
+    me = a.membership.me(NOW)
+    assert me.edges == (SHARE,) and me.version == __version__
+    assert b.membership.me(NOW).edges == () and b.membership.me(NOW).version == __version__
