@@ -20,6 +20,11 @@ twice (a file from beyond ``C`` is removed before its records are written again)
 Records that retention removed before they were archived cannot be recovered; the
 archiver says how many, and goes on from the oldest record still there.
 
+Beside the raw files the archiver keeps the rollups (``rollup.py``): before it writes a
+batch it widens each job's span in the job span index (``jobspans.py``), removing the
+rollup of any day a job no longer lies in alone; after the last batch it rolls up every
+closed day that has no valid rollup. ``rollups=False`` leaves both alone.
+
 The position lives in the log (the group's committed offset), not in OUT: a new, empty
 OUT with a group that has already archived elsewhere would silently get only the records
 after that position, so it is refused with what to do instead (another group name).
@@ -40,7 +45,7 @@ import orjson
 
 from pushjobs.errors import ConfigError, MissingExtra, Rejected
 from pushjobs.log.base import OrderedLog
-from pushjobs.pipeline import events
+from pushjobs.pipeline import events, jobspans, rollup
 
 DEFAULT_GROUP = "pushjobs.archiver"
 REJECTED = "_rejected"
@@ -98,6 +103,7 @@ class ArchiveResult:
     lost_to_retention: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    rollups: rollup.Updated | None = None  # None: not kept (``rollups=False``)
 
 
 class Archiver:
@@ -110,6 +116,8 @@ class Archiver:
         group: str = DEFAULT_GROUP,
         batch: int = 50_000,
         on_batch: Callable[[ArchiveResult], None] | None = None,
+        rollups: bool = True,
+        progress: Callable[[str], None] = lambda text: None,
     ) -> None:
         self.log = log
         self.topic = topic
@@ -117,6 +125,8 @@ class Archiver:
         self.group = group
         self.batch = batch
         self.on_batch = on_batch
+        self.rollups = rollups
+        self.progress = progress
         crash = os.environ.get(CRASH_HOOK)
         self._crash_after = int(crash) if crash else None
         self._files_written = 0
@@ -143,6 +153,22 @@ class Archiver:
         if info is not None and info.start_offset > offset:
             result.lost_to_retention = info.start_offset - offset
             offset = info.start_offset
+        spans = None
+        if self.rollups:
+            spans, rebuilt = rollup.open_index(self.out)
+            if rebuilt:
+                self.progress(f"job span index built from the archive: {spans.count():,} jobs")
+        try:
+            self._archive(result, offset, spans)
+        finally:
+            if spans is not None:
+                spans.close()
+        if self.rollups:
+            result.rollups = rollup.update(self.out, progress=self.progress)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _archive(self, result: ArchiveResult, offset: int, spans: jobspans.JobSpans | None) -> None:
         end = self.log.end_offset(self.topic)
         while offset < end:
             records = self.log.read(self.topic, offset, min(self.batch, end - offset))
@@ -161,6 +187,12 @@ class Archiver:
                     continue
                 for row in found:
                     rows.setdefault(events.day(row["ts"]), []).append(row)
+            if spans is not None:
+                batch = jobspans.spans_of(row for day_rows in rows.values() for row in day_rows)
+                # First the rollups that counted a job as one day's alone, then the spans.
+                for midnight in spans.leaving(batch):
+                    rollup.remove_day(self.out, events.day(midnight))
+                spans.widen(batch)
             for day, day_rows in sorted(rows.items()):
                 self._write_parquet(day, day_rows)
                 result.files += 1
@@ -174,8 +206,6 @@ class Archiver:
             result.to_offset = offset
             if self.on_batch is not None:
                 self.on_batch(result)
-        result.seconds = time.monotonic() - started
-        return result
 
     # --- files ----------------------------------------------------------------------------
 

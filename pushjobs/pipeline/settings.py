@@ -22,6 +22,8 @@ class ArchiveSettings:
     """Where Parquet goes (default: $PUSHJOBS_HOME/archive)."""
     group: str = DEFAULT_GROUP
     batch: int = 50_000
+    rollups: bool = True
+    """Keep per-day rollups beside the raw events (``pipeline/rollup.py``)."""
 
     def dir(self) -> Path:
         return self.directory if self.directory is not None else paths.home() / "archive"

@@ -29,10 +29,10 @@ that finds the names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from pushjobs.pipeline import events, spark_latency, spark_liveness
+from pushjobs.pipeline import events, rollup, spark_latency, spark_liveness, spark_rollups
 from pushjobs.pipeline.metrics import (
     ANSWERED,
     DEFAULT_GAP_MS,
@@ -46,6 +46,7 @@ from pushjobs.pipeline.metrics import (
     marks_from,
 )
 from pushjobs.pipeline.spark_latency import RUN, VOTE
+from pushjobs.pipeline.spark_rollups import Rolled
 
 APPROX_BOUND = "0.5 %"
 """With ``approx``: every percentile within 0.5 % of the exact one (values rounded to
@@ -61,7 +62,13 @@ def schema() -> Any:
     )
 
 
-def load(spark: Any, location: str, since: int | None = None, until: int | None = None) -> Any:
+def load(
+    spark: Any,
+    location: str,
+    since: int | None = None,
+    until: int | None = None,
+    skip: Collection[str] = (),
+) -> Any:
     """The archived events under ``location`` that a window ``[since, until)`` needs.
 
     Only complete files of the date partitions are read (``date=*/*.parquet``: not the
@@ -70,7 +77,8 @@ def load(spark: Any, location: str, since: int | None = None, until: int | None 
     ``job_state`` events (the marks of jobs that started then), and the days before the
     window only for their liveness columns, since a node's state may have been set long
     ago. The archive keeps each family in row groups of its own, so the reader skips the
-    rest of those days.
+    rest of those days. Days in ``skip`` (``YYYY-MM-DD``) are not read: a report takes
+    them from their rollups.
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
@@ -87,6 +95,8 @@ def load(spark: Any, location: str, since: int | None = None, until: int | None 
     day = F.col("date").cast("string")
     if until is not None:
         df = df.where(day <= events.day(max(0, until - 1)))
+    if skip:
+        df = df.where(~day.isin(*sorted(skip)))
     if since is None:
         return df.select(*names)
     first = events.day(since)
@@ -135,9 +145,13 @@ def compute(
     server_gap_ms: int = DEFAULT_GAP_MS,
     approx: bool = False,
     progress: Callable[[str], None] = lambda stage: None,
+    rolled: Rolled | None = None,
 ) -> Report:
     """The report of ``df``'s events in the window; ``progress`` hears each stage as it
-    starts (a first report takes tens of seconds, most of it Spark's own warm-up)."""
+    starts (a first report takes tens of seconds, most of it Spark's own warm-up).
+
+    With ``rolled`` (``spark_rollups.py``: the window's whole days from their rollups,
+    ``df`` the raw events of the rest) the same report; the window must be given."""
     from pyspark.sql import functions as F
 
     ok = usable(F)
@@ -155,23 +169,36 @@ def compute(
         F.max(F.when(ok, ts)).alias("hi"),
     ).first()
     report = Report(since, until, skipped=first["rows"] - first["good"])
-    if first["good"] == 0:
+    if rolled is not None:
+        assert since is not None and until is not None, "a report from rollups has a window"
+        report.skipped += rolled.skipped()
+    if first["good"] == 0 and (rolled is None or not rolled.events()):
         return report
     since = first["lo"] if since is None else since
     until = first["hi"] + 1 if until is None else until
     report.since, report.until = since, until
     if until <= since:
         return report
-    report.events = first["inside"]
-    progress(f"{first['rows']:,} events read, {report.events:,} in the window; availability")
+    report.events = first["inside"] + (rolled.events() if rolled is not None else 0)
+    read = f"{first['rows']:,} events read"
+    if rolled is not None:
+        read += f" and {len(rolled.inside)} days' rollups"
+    progress(f"{read}, {report.events:,} in the window; availability")
     command = F.col("command")
-    good = df.where(ok).withColumn(
+    raw_good = df.where(ok)
+    merged = raw_good if rolled is None else raw_good.unionByName(rolled.kept.where(ok))
+    good = merged.withColumn(
         "command",
         F.when(command.isNull() | (command == ""), F.lit(UNKNOWN_COMMAND)).otherwise(command),
     )
     live = spark_liveness.marked(F, good, until).cache()
     try:
-        gaps = spark_liveness.server_gaps(F, good, live, until, server_gap_ms)
+        if rolled is None:
+            gaps = spark_liveness.server_gaps(F, good, live, until, server_gap_ms)
+        else:
+            gaps = _rolled_gaps(
+                F, raw_good, rolled, live, since=since, until=until, gap_ms=server_gap_ms
+            )
         report.server_gaps = [(max(a, since), min(b, until)) for a, b in gaps if b > since]
         report.availability, report.downtime_by_day = spark_liveness.availability(
             F, live, since, until, gaps
@@ -180,12 +207,15 @@ def compute(
         live.unpersist()
     progress("outcomes by command, node and day")
     states = _node_states(F, good, since, until)
-    report.outcomes, report.by_command, report.outcomes_by_day = _outcomes(F, states)
+    report.outcomes, report.by_command, report.outcomes_by_day = _outcomes(F, states, rolled)
     halted = _halted(F, good, since, until)
     for row in report.by_command:
         row[HALTED] = halted.get(row["command"], 0)
     progress("latency percentiles and stragglers")
-    values = spark_latency.value_counts(F, states, approx).cache()
+    values = spark_latency.value_counts(F, states, approx)
+    if rolled is not None:
+        values = values.unionByName(spark_latency.rounded_counts(F, rolled.samples, approx))
+    values = values.cache()
     try:
         report.latency = spark_latency.latency(F, values)
         report.latency_by_command = spark_latency.latency_by_command(F, values)
@@ -249,9 +279,10 @@ def _halted(F: Any, good: Any, since: int, until: int) -> dict[str, int]:
 
 
 def _outcomes(
-    F: Any, states: Any
+    F: Any, states: Any, rolled: Rolled | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Outcomes per (command, node), per command and per (day, command): one aggregation."""
+    """Outcomes per (command, node), per command and per (day, command): one aggregation
+    (and, with ``rolled``, the whole days' counts added)."""
     from pushjobs.pipeline.uptime import day_name
 
     state = F.col("state")
@@ -267,14 +298,40 @@ def _outcomes(
         .collect()
     )
     # grouping_id bits, in the order command, node, day: 1 where a column is not grouped
-    per_node = sorted(
-        (r for r in rows if r["set"] == 0b001), key=lambda r: (r["command"], r["node"])
-    )
+    per_node = [r.asDict() for r in rows if r["set"] == 0b001]
     jobs = {r["command"]: int(r["jobs"]) for r in rows if r["set"] == 0b011}
+    daily: dict[tuple[int, str], dict[str, int]] = {}
+    for r in rows:
+        if r["set"] == 0b010:
+            daily[(r["day"], r["command"])] = {s: int(r[s]) for s in OUTCOMES}
+    if rolled is not None:
+        # The whole days' counts, per (command, node) and per (day, command), in one pass.
+        summed = (
+            rolled.outcomes.groupingSets(
+                [["command", "node"], ["day", "command"]], "command", "node", "day"
+            )
+            .agg(
+                F.grouping_id().alias("set"),
+                F.sum("jobs").alias("jobs"),
+                *[F.sum(s).alias(s) for s in OUTCOMES],
+            )
+            .collect()
+        )
+        rolled_jobs = {
+            r["command"]: int(r["jobs"])
+            for r in rolled.commands.groupBy("command").agg(F.sum("jobs").alias("jobs")).collect()
+        }
+        rolled_rows = [r.asDict() for r in summed if r["set"] == 0b001]
+        per_node, jobs = spark_rollups.merge_outcomes(per_node, jobs, rolled_rows, rolled_jobs)
+        for r in summed:
+            if r["set"] == 0b010:
+                into = daily.setdefault((r["day"], r["command"]), dict.fromkeys(OUTCOMES, 0))
+                for s in OUTCOMES:
+                    into[s] += int(r[s])
     table = [
         {"command": r["command"], "node": r["node"], "jobs": int(r["jobs"])}
         | {s: int(r[s]) for s in OUTCOMES}
-        for r in per_node
+        for r in sorted(per_node, key=lambda r: (r["command"], r["node"]))
     ]
     by_command: dict[str, dict[str, Any]] = {}
     for row in table:  # sums per command, from the per-node rows
@@ -287,14 +344,32 @@ def _outcomes(
             agg[s] += row[s]
     by_day = [
         {
-            "day": day_name(r["day"]),
-            "command": r["command"],
-            "outcomes": sum(int(r[s]) for s in ANSWERED),
-            "failures": sum(int(r[s]) for s in FAILURES),
+            "day": day_name(day),
+            "command": command,
+            "outcomes": sum(c[s] for s in ANSWERED),
+            "failures": sum(c[s] for s in FAILURES),
         }
-        for r in sorted(
-            (r for r in rows if r["set"] == 0b010), key=lambda r: (r["day"], r["command"])
-        )
-        if sum(r[s] for s in ANSWERED)
+        for (day, command), c in sorted(daily.items())
+        if sum(c[s] for s in ANSWERED)
     ]
     return table, [by_command[c] for c in sorted(by_command)], by_day
+
+
+def _rolled_gaps(
+    F: Any, raw_good: Any, rolled: Rolled, live: Any, *, since: int, until: int, gap_ms: int
+) -> list[tuple[int, int]]:
+    """The server gaps before ``until`` from the whole days' silences and the rest's events
+    (``spark_rollups.gap_candidates``): the same as from the raw events."""
+    width = rollup.SILENCE_MS
+    ts = F.col("ts")
+    # The kept rows of the days before the window (those of whole days are in their
+    # silences already).
+    rest = raw_good.select("ts").unionByName(rolled.kept.where(ts < since).select("ts"))
+    slices = rest.where(ts < until).groupBy(F.floor(ts / width))
+    buckets = [
+        (int(r["lo"]), int(r["hi"]))
+        for r in slices.agg(F.min(ts).alias("lo"), F.max(ts).alias("hi")).collect()
+    ]
+    again = sorted(r["ts"] for r in live.where(F.col("again")).select("ts").collect())
+    candidates = spark_rollups.gap_candidates(rolled, buckets, width)
+    return spark_rollups.server_gaps(candidates, again, gap_ms)

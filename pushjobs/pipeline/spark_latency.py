@@ -30,14 +30,30 @@ def value_counts(F: Any, states: Any, approx: bool) -> Any:
     three significant digits first (fewer distinct values): each value, and so each
     percentile, moves by at most 0.5 %.
     """
-    ms = F.col("ms")
-    if approx:
-        scale = F.pow(F.lit(10.0), F.floor(F.log10(ms)) - 2)
-        ms = F.when(ms >= 1000, (F.round(ms / scale) * scale).cast("long")).otherwise(ms)
     return (
         states.where(F.col("metric").isNotNull())
-        .groupBy("metric", "command", "node", ms.alias("ms"))
+        .groupBy("metric", "command", "node", _rounded(F, approx).alias("ms"))
         .agg(F.count(F.lit(1)).alias("cnt"))
+    )
+
+
+def _rounded(F: Any, approx: bool) -> Any:
+    """``ms``, or with ``approx`` rounded to three significant digits (below 1 s: as is)."""
+    ms = F.col("ms")
+    if not approx:
+        return ms
+    scale = F.pow(F.lit(10.0), F.floor(F.log10(ms)) - 2)
+    return F.when(ms >= 1000, (F.round(ms / scale) * scale).cast("long")).otherwise(ms)
+
+
+def rounded_counts(F: Any, samples: Any, approx: bool) -> Any:
+    """Counted samples of a rollup (``rollup.py``) as ``value_counts`` gives them."""
+    return samples.select(
+        F.col("metric").cast("byte").alias("metric"),
+        "command",
+        "node",
+        _rounded(F, approx).cast("long").alias("ms"),
+        F.col("cnt").cast("long").alias("cnt"),
     )
 
 
