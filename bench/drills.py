@@ -9,7 +9,10 @@ drills: every Kafka broker down 14 s and back, one broker's disk full mid-job, t
 leading ``commands`` stopped past its session (tests/e2e/test_kafka_broker_faults.py;
 needs Java and the Kafka jars), schedule partitions moving on a real broker, colliding
 fires through a stopped standby and a killed leader, enrolment spam over many
-connections, and a second chaos seed. Exits 1 if a run failed.
+connections, a second chaos seed, leaving a Kafka group in eight rounds (the suite:
+three), and the report from rollups against the one from raw events over every window
+of tests/pipeline/rolled_history.py (the suite: one, and a cluster's). Exits 1 if a run
+failed.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ archiver says how many, and goes on from the oldest record still there.
 Beside the raw files the archiver keeps the rollups (``rollup.py``): before it writes a
 batch it widens each job's span in the job span index (``jobspans.py``), removing the
 rollup of any day a job no longer lies in alone; after the last batch it rolls up every
-closed day that has no valid rollup. ``rollups=False`` leaves both alone.
+closed day that has no valid rollup. ``rollups=False`` removes them (the spans would go
+stale while batches are archived without them; they are rebuilt when kept again).
 
 The position lives in the log (the group's committed offset), not in OUT: a new, empty
 OUT with a group that has already archived elsewhere would silently get only the records
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -153,11 +155,16 @@ class Archiver:
         if info is not None and info.start_offset > offset:
             result.lost_to_retention = info.start_offset - offset
             offset = info.start_offset
-        spans = None
+        spans, rebuilt = None, False
         if self.rollups:
             spans, rebuilt = rollup.open_index(self.out)
             if rebuilt:
                 self.progress(f"job span index built from the archive: {spans.count():,} jobs")
+        elif (self.out / rollup.ROLLUPS).exists():
+            # Archiving on without widening the spans would leave them wrong: gone, they are
+            # rebuilt from the raw files whenever rollups are kept again.
+            shutil.rmtree(self.out / rollup.ROLLUPS)
+            self.progress("rollups removed: they are not kept (rebuilt when they are again)")
         try:
             self._archive(result, offset, spans)
         finally:
@@ -165,6 +172,7 @@ class Archiver:
                 spans.close()
         if self.rollups:
             result.rollups = rollup.update(self.out, progress=self.progress)
+            result.rollups.index_rebuilt |= rebuilt
         result.seconds = time.monotonic() - started
         return result
 

@@ -215,15 +215,23 @@ def test_the_archiver_keeps_rollups_and_a_job_leaving_its_day_rebuilds_it(tmp_pa
     assert kept == {"j7"}
 
 
-def test_without_rollups_the_archiver_writes_none(tmp_path: Path) -> None:
+def test_without_rollups_the_archiver_writes_none_and_drops_old_ones(tmp_path: Path) -> None:
     db, out = tmp_path / "log.db", tmp_path / "archive"
-    _log(db, usable_rows())
+    rows = usable_rows()
+    _log(db, [r for r in rows if r["ts"] < h.D2])
+    _archive(db, out)
+    assert rollup.valid(out)
+    # Archived on without rollups, a job's span could change unseen: they go.
+    _log(db, [r for r in rows if r["ts"] >= h.D2])
     log = open_log(LogSettings(backend="sqlite", path=db))
     try:
         result = Archiver(log, create_standard_topics(log).events, out, rollups=False).run()
     finally:
         log.close()
     assert result.rollups is None and not (out / rollup.ROLLUPS).exists()
+    # Kept again: rebuilt from the raw files, the index too.
+    again = _archive(db, out)
+    assert again.rollups.index_rebuilt and again.rollups.built == [DAYS[0], DAYS[1], DAYS[2]]
 
 
 @pytest.mark.parametrize("at", [1, 2, 3, 5])
