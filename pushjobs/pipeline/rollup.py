@@ -18,6 +18,8 @@ events (``spark_job.compute`` with ``rolled``; the tests hold the two to each ot
         samples.parquet    latency samples of regular jobs, counted: (metric, command,
                            node, ms, cnt), sorted; exact (no rounding: ``--approx``
                            rounds at report time)
+        command_samples.parquet  the same merged over nodes: (metric, command, ms, cnt),
+                           for the fleet's and each command's percentiles
         manifest.json      written last: the raw files it was built from, the day's row
                            counts (all, usable, unusable ``job_state`` and liveness rows:
                            what ``skipped`` counts depends on the window), the first and
@@ -58,12 +60,12 @@ from pushjobs.pipeline import events, jobspans
 from pushjobs.pipeline.jobspans import DAY_MS, JobSpans
 from pushjobs.pipeline.metrics import OUTCOMES, RUN_ENDS, UNKNOWN_COMMAND
 
-FORMAT = "pushjobs-rollup/1"
+FORMAT = "pushjobs-rollup/2"  # /1 had no command_samples: rebuilt
 ROLLUPS = "_rollups"
 SILENCE_MS = 5000
 """Consecutive events further apart than this are written down: a report can find every
 server gap of ``server_gap_s`` >= 5 s from the rollups (a shorter one reads raw events)."""
-TABLES = ("kept", "outcomes", "commands", "samples")
+TABLES = ("kept", "outcomes", "commands", "samples", "command_samples")
 DATE_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 RAW_RE = re.compile(r"^events-\d{20}-\d{20}\.parquet$")
 LIVENESS = ("node_online", "node_offline")
@@ -266,10 +268,15 @@ def build_day(out: Path, day: str, regular: set[str]) -> Manifest | None:
         regular_jobs=len(pc.unique(states["job_id"])) if len(states) else 0,
         kept_rows=len(kept),
     )
+    samples = _samples(pa, pc, states, marks)
+    per_command = samples.group_by(["metric", "command", "ms"]).aggregate([("cnt", "sum")])
     tables_out = {
         "outcomes": _outcomes(pa, pc, states, start),
         "commands": _commands(pa, pc, states),
-        "samples": _samples(pa, pc, states, marks),
+        "samples": samples,
+        "command_samples": per_command.rename_columns({"cnt_sum": "cnt"})
+        .select(["metric", "command", "ms", "cnt"])
+        .sort_by([(c, "ascending") for c in ("metric", "command", "ms")]),
     }
     _write(out, day, manifest, lambda tmp: write_events(kept.to_pylist(), tmp), tables_out)
     return manifest
@@ -321,7 +328,9 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
         }
     )
     firsts = firsts.group_by(["job_id"]).aggregate([("voting_ts", "min"), ("running_ts", "min")])
-    firsts = firsts.rename_columns(["job_id", "voting_ts", "running_ts"])
+    firsts = firsts.rename_columns(
+        {"voting_ts_min": "voting_ts", "running_ts_min": "running_ts"}
+    ).select(["job_id", "voting_ts", "running_ts"])
     base = pa.table(
         {
             "job_id": states["job_id"],
@@ -365,7 +374,9 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
         {"metric": metric, "command": joined["command"], "node": joined["node"], "ms": ms}
     ).filter(pc.is_valid(metric))
     grouped = table.group_by(["metric", "command", "node", "ms"]).aggregate([("ms", "count")])
-    grouped = grouped.rename_columns(["metric", "command", "node", "ms", "cnt"])
+    grouped = grouped.rename_columns({"ms_count": "cnt"}).select(
+        ["metric", "command", "node", "ms", "cnt"]
+    )
     schema = pa.schema(
         [
             ("metric", pa.int8()),

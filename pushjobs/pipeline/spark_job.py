@@ -213,12 +213,22 @@ def compute(
         row[HALTED] = halted.get(row["command"], 0)
     progress("latency percentiles and stragglers")
     values = spark_latency.value_counts(F, states, approx)
-    if rolled is not None:
-        values = values.unionByName(spark_latency.rounded_counts(F, rolled.samples, approx))
-    values = values.cache()
+    if rolled is None:
+        values = values.cache()
+        commands = spark_latency.per_command(F, values).cache()
+    else:
+        # The whole days' samples as they are, and merged over nodes as each day keeps
+        # them: the fleet's and each command's percentiles need not read every node's.
+        commands = spark_latency.per_command(F, values).unionByName(
+            spark_latency.rounded_counts(F, rolled.command_samples, approx, "command")
+        )
+        commands = spark_latency.per_command(F, commands).cache()
+        values = values.unionByName(
+            spark_latency.rounded_counts(F, rolled.samples, approx, "command", "node")
+        ).cache()
     try:
-        report.latency = spark_latency.latency(F, values)
-        report.latency_by_command = spark_latency.latency_by_command(F, values)
+        report.latency = spark_latency.latency(F, values, commands)
+        report.latency_by_command = spark_latency.latency_by_command(F, commands)
         report.stragglers = spark_latency.stragglers(
             F,
             values,
@@ -228,6 +238,7 @@ def compute(
         )
     finally:
         values.unpersist()
+        commands.unpersist()
     return report
 
 

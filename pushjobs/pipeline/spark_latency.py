@@ -46,12 +46,12 @@ def _rounded(F: Any, approx: bool) -> Any:
     return F.when(ms >= 1000, (F.round(ms / scale) * scale).cast("long")).otherwise(ms)
 
 
-def rounded_counts(F: Any, samples: Any, approx: bool) -> Any:
-    """Counted samples of a rollup (``rollup.py``) as ``value_counts`` gives them."""
+def rounded_counts(F: Any, samples: Any, approx: bool, *keys: str) -> Any:
+    """Counted samples of a rollup (``rollup.py``: per ``keys``) as ``value_counts`` (or
+    ``per_command``) gives them."""
     return samples.select(
         F.col("metric").cast("byte").alias("metric"),
-        "command",
-        "node",
+        *keys,
         _rounded(F, approx).cast("long").alias("ms"),
         F.col("cnt").cast("long").alias("cnt"),
     )
@@ -69,12 +69,19 @@ def _merged(F: Any, values: Any, *keys: str) -> Any:
     return values.groupBy(*keys, "ms").agg(F.sum("cnt").alias("cnt"))
 
 
-def latency(F: Any, values: Any) -> list[dict[str, Any]]:
+def per_command(F: Any, values: Any) -> Any:
+    """``values`` merged over nodes: (metric, command, ms, cnt), what the fleet's and each
+    command's percentiles are taken from (a rollup keeps it per day: ``rollup.py``)."""
+    return _merged(F, values, "metric", "command")
+
+
+def latency(F: Any, values: Any, commands: Any) -> list[dict[str, Any]]:
+    """Per node from ``values``; the fleet's from ``commands`` (``per_command``)."""
     q = _quantiles(F, QUANTILES)
     # The fleet's values merged over commands and nodes: the same samples in a fourteenth
     # of the rows (10M events), and percentiles cost per distinct value. A node's values
     # merged over its commands shrank by a twentieth only: not worth an extra pass.
-    fleet = _merged(F, values, "metric").groupBy("metric").agg(F.sum("cnt").alias("count"), q)
+    fleet = _merged(F, commands, "metric").groupBy("metric").agg(F.sum("cnt").alias("count"), q)
     nodes = values.groupBy("metric", "node").agg(F.sum("cnt").alias("count"), q)
     by_metric: dict[str, list[dict[str, Any]]] = {m: [] for m in METRICS}
     for r in fleet.collect():
@@ -92,10 +99,10 @@ def _lat_row(metric: str, scope: str, count: int, q: list[float]) -> dict[str, A
     }
 
 
-def latency_by_command(F: Any, values: Any) -> list[dict[str, Any]]:
+def latency_by_command(F: Any, commands: Any) -> list[dict[str, Any]]:
+    """From ``commands`` (``per_command``)."""
     q = _quantiles(F, BOX_QUANTILES)
-    merged = _merged(F, values, "metric", "command")
-    rows = merged.groupBy("metric", "command").agg(F.sum("cnt").alias("count"), q).collect()
+    rows = commands.groupBy("metric", "command").agg(F.sum("cnt").alias("count"), q).collect()
     return [
         {"metric": METRICS[r["metric"]], "command": r["command"], "count": int(r["count"])}
         | {f"p{round(x * 100)}": float(v) for x, v in zip(BOX_QUANTILES, r["q"], strict=True)}

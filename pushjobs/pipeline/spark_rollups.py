@@ -47,6 +47,7 @@ class Rolled:
     outcomes: Any = None  # per (command, node) of each inside day (``day`` added)
     commands: Any = None
     samples: Any = None
+    command_samples: Any = None
 
     @property
     def days(self) -> list[str]:
@@ -199,6 +200,7 @@ SCHEMAS = {
     + ", day bigint",
     "commands": "command string, jobs bigint",
     "samples": "metric tinyint, command string, node string, ms bigint, cnt bigint",
+    "command_samples": "metric tinyint, command string, ms bigint, cnt bigint",
 }
 """The rollup tables as ``rollup.py`` writes them."""
 

@@ -128,6 +128,9 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
         log_dirs = {DISK_NODE: disk} if disk is not None else {}
         cluster = stack.enter_context(KafkaCluster(root / "kafka", nodes=3, log_dirs=log_dirs))
         yield Brokers(cluster, disk, why)
+        # Thrown away: after the faults a controlled shutdown of the three took the whole
+        # grace (10 s of the suite); a second, then SIGKILL, as for any node the tests kill.
+        cluster.stop(grace_s=1.0)
 
 
 @pytest.fixture
