@@ -12,8 +12,14 @@ small row per job), then
 
 - one aggregation with grouping sets for every outcome table (per command and node, per
   command, per day and command), and one small one over job events for halted jobs;
-- one aggregation to (metric, command, node, value, count), cached, from which every
-  percentile table is taken (``spark_latency.py``).
+- one aggregation to (metric, command, node, value, count), cached, from which the
+  per-node percentiles and the stragglers are taken, and that merged over nodes
+  (metric, command, value, count), cached, for the fleet's and each command's
+  (``spark_latency.py``).
+
+With rollups (``spark_rollups.py``) the whole days of the window come from them: their
+kept rows join the raw events above, and their counts and counted samples are added to
+what the raw events give, table by table (``_outcomes``, the latency frames).
 
 Where the time goes at 10M events: the two large aggregations (outcomes: 28M expanded
 rows into 3.5M groups; value counts: 6.2M samples into 2.5M groups) are most of it; the
