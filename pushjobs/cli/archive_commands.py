@@ -51,7 +51,9 @@ def archive(
     no_rollups: Annotated[
         bool,
         typer.Option(
-            "--no-rollups", help="Archive without keeping rollups (default: \\[archive] rollups)."
+            "--no-rollups",
+            help="Archive without rollups, removing any kept (they would go stale; "
+            "rebuilt when kept again). Default: \\[archive] rollups.",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
