@@ -53,3 +53,12 @@ def state_home(euid: int | None = None) -> Path:
         return home()
     uid = os.geteuid() if euid is None else euid
     return SYSTEM_HOME if uid == 0 else home()
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable: its entry is flushed too."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -47,6 +47,7 @@ import orjson
 
 from pushjobs.errors import ConfigError, MissingExtra, Rejected
 from pushjobs.log.base import OrderedLog
+from pushjobs.paths import fsync_dir
 from pushjobs.pipeline import events, jobspans, rollup
 
 DEFAULT_GROUP = "pushjobs.archiver"
@@ -76,6 +77,12 @@ JOB = frozenset({"job_created", "job_state"})
 
 
 def write_events(rows: list[dict[str, Any]], path: Path) -> None:
+    """One Parquet file of events (``write_table``)."""
+    pa, _ = _pyarrow()
+    write_table(pa.Table.from_pylist(rows, schema=arrow_schema()), path)
+
+
+def write_table(table: Any, path: Path) -> None:
     """One Parquet file of events, a row group per family: liveness, job, the rest.
 
     A report on a recent window still needs every node's liveness events from long before
@@ -83,15 +90,17 @@ def write_events(rows: list[dict[str, Any]], path: Path) -> None:
     ``kind`` skips the other row groups by their dictionary instead of reading them.
     """
     pa, pq = _pyarrow()
-    schema = arrow_schema()
-    parts: tuple[list[dict[str, Any]], ...] = ([], [], [])
-    for row in rows:
-        kind = row["kind"]
-        parts[0 if kind in LIVENESS else 1 if kind in JOB else 2].append(row)
-    with pq.ParquetWriter(path, schema) as writer:
-        for part in parts:
-            if part:
-                writer.write_table(pa.Table.from_pylist(part, schema=schema))
+    import pyarrow.compute as pc
+
+    kind = table["kind"]
+    liveness = pc.fill_null(pc.is_in(kind, value_set=pa.array(sorted(LIVENESS))), False)
+    job = pc.fill_null(pc.is_in(kind, value_set=pa.array(sorted(JOB))), False)
+    rest = pc.invert(pc.or_(liveness, job))
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for mask in (liveness, job, rest):
+            part = table.filter(mask)
+            if len(part):
+                writer.write_table(part)
 
 
 @dataclass(slots=True)
@@ -261,11 +270,7 @@ class Archiver:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(path.parent)
         self._files_written += 1
         if self._crash_after is not None and self._files_written >= self._crash_after:
             with contextlib.suppress(Exception):

@@ -56,6 +56,7 @@ from typing import Any
 import orjson
 
 from pushjobs.errors import MissingExtra
+from pushjobs.paths import fsync_dir
 from pushjobs.pipeline import events, jobspans
 from pushjobs.pipeline.jobspans import DAY_MS, JobSpans
 from pushjobs.pipeline.metrics import OUTCOMES, RUN_ENDS, UNKNOWN_COMMAND
@@ -215,16 +216,18 @@ def _silences(pc: Any, ts: Any) -> tuple[tuple[int, int], ...]:
     ordered = pc.array_sort_indices(ts)
     values = pc.take(ts, ordered)
     gaps = pc.pairwise_diff(values)
-    at = pc.indices_nonzero(pc.fill_null(pc.greater(gaps, SILENCE_MS), False)).to_pylist()
-    listed = values.to_pylist()
-    return tuple((listed[i - 1], listed[i]) for i in at)
+    at = pc.indices_nonzero(pc.fill_null(pc.greater(gaps, SILENCE_MS), False))
+    # gaps[i] = values[i] - values[i - 1]: take just those ends, not the day's every time
+    ends = pc.take(values, at).to_pylist()
+    starts = pc.take(values, pc.subtract(at, 1)).to_pylist()
+    return tuple(zip(starts, ends, strict=True))
 
 
 def build_day(out: Path, day: str, regular: set[str]) -> Manifest | None:
     """Write ``day``'s rollup from its raw files; None (nothing written) when its files
     hold events of another day."""
     pa, pc, pq = _arrow()
-    from pushjobs.pipeline.archive import arrow_schema, write_events
+    from pushjobs.pipeline.archive import arrow_schema, write_table
 
     sources = raw_files(out, day)
     schema = arrow_schema()
@@ -278,7 +281,7 @@ def build_day(out: Path, day: str, regular: set[str]) -> Manifest | None:
         .select(["metric", "command", "ms", "cnt"])
         .sort_by([(c, "ascending") for c in ("metric", "command", "ms")]),
     }
-    _write(out, day, manifest, lambda tmp: write_events(kept.to_pylist(), tmp), tables_out)
+    _write(out, day, manifest, lambda tmp: write_table(kept, tmp), tables_out)
     return manifest
 
 
@@ -410,18 +413,10 @@ def _write(
     for path in tmp.iterdir():
         with open(path, "rb") as fh:
             os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     remove_day(out, day)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(final.parent)
 
 
 # --- keeping them up to date ---------------------------------------------------------------

@@ -245,13 +245,13 @@ import os
 from pathlib import Path
 from pushjobs.pipeline import rollup
 from tests.pipeline.test_rollups import _archive
-real, calls = rollup._fsync_dir, [0]
+real, calls = rollup.fsync_dir, [0]
 def dying(path):
     calls[0] += 1
     if calls[0] == {at}:
         os.kill(os.getpid(), 9)
     real(path)
-rollup._fsync_dir = dying
+rollup.fsync_dir = dying
 _archive(Path({str(db)!r}), Path({str(out)!r}))
 """
     done = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)

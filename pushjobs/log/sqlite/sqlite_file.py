@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from pushjobs.errors import BackendUnavailable, LogCorrupt, LogError, NoLogFile
+from pushjobs.paths import fsync_dir
 
 MAGIC = "pushjobs-log"
 SCHEMA_VERSION = 1
@@ -204,7 +205,7 @@ def _create(path: Path) -> None:
         # Another process may have linked its log first: theirs is as good as ours.
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except sqlite3.Error as exc:
         raise translate(exc, path, "creating the log") from exc
     except OSError as exc:
@@ -216,14 +217,6 @@ def _create(path: Path) -> None:
             # Absent, or in a directory that refused to create them: nothing to clean.
             with contextlib.suppress(OSError):
                 leftover.unlink()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _UNAVAILABLE = frozenset(
