@@ -69,7 +69,7 @@ server gap of ``server_gap_s`` >= 5 s from the rollups (a shorter one reads raw 
 TABLES = ("kept", "outcomes", "commands", "samples", "command_samples")
 DATE_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 RAW_RE = re.compile(r"^events-\d{20}-\d{20}\.parquet$")
-LIVENESS = ("node_online", "node_offline")
+LIVENESS = ("node_online", "node_offline")  # as archive.LIVENESS, in a stable order
 VOTE, RUN = 0, 1  # metrics.METRICS.index: commit_to_ack, run_to_finish
 VOTED = ("ready", "nacked")
 
@@ -353,9 +353,7 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
 
     vote = yes(
         pc.and_(
-            pc.and_(
-                pc.equal(prev, "new"), pc.is_in(state, value_set=_strings(("ready", "nacked")))
-            ),
+            pc.and_(pc.equal(prev, "new"), pc.is_in(state, value_set=_strings(VOTED))),
             pc.is_valid(joined["voting_ts"]),
         )
     )

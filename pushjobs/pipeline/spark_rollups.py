@@ -205,13 +205,6 @@ SCHEMAS = {
 """The rollup tables as ``rollup.py`` writes them."""
 
 
-def _union(parts: list[Any]) -> Any:
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out
-
-
 # --- merging ---------------------------------------------------------------------------------
 
 
