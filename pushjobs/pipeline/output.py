@@ -122,9 +122,11 @@ def summary_json(report: Report) -> dict[str, Any]:
 
 
 def summary_text(report: Report) -> str:
+    """The summary for a terminal: counts grouped in thousands (a month of a big fleet
+    runs to nine digits)."""
     s = summary_json(report)
     lines = [
-        f"events {s['events']} in the window ({s['skipped']} skipped as malformed), "
+        f"events {s['events']:,} in the window ({s['skipped']:,} skipped as malformed), "
         f"window {when(report.since)} .. {when(report.until)} UTC",
     ]
     if report.server_gaps:
@@ -135,8 +137,8 @@ def summary_text(report: Report) -> str:
     if s["nodes"]:
         worst = presented(report)["availability"][:5]
         lines.append(
-            f"nodes {s['nodes']}: mean availability {s['mean_availability_pct']:.2f}%, "
-            f"{s['flaps']} flaps; lowest: "
+            f"nodes {s['nodes']:,}: mean availability {s['mean_availability_pct']:.2f}%, "
+            f"{s['flaps']:,} flaps; lowest: "
             + ", ".join(
                 f"{r['node']} {pct_text(r['availability_pct'])}"
                 for r in worst
@@ -146,20 +148,20 @@ def summary_text(report: Report) -> str:
     for r in presented(report)["outcomes_by_command"]:
         rate = "" if r["failure_pct"] is None else f" ({r['failure_pct']:.2f}% failed)"
         lines.append(
-            f"command {r['command']}: {r['jobs']} jobs on {r['nodes']} nodes{rate}, "
-            + ", ".join(f"{k} {r[k]}" for k in OUTCOMES if r[k])
-            + (f"; jobs halted {r[HALTED]}" if r.get(HALTED) else "")
+            f"command {r['command']}: {r['jobs']:,} jobs on {r['nodes']:,} nodes{rate}, "
+            + ", ".join(f"{k} {r[k]:,}" for k in OUTCOMES if r[k])
+            + (f"; jobs halted {r[HALTED]:,}" if r.get(HALTED) else "")
         )
     for metric, r in s["latency_ms"].items():
         lines.append(
-            f"{metric}: p50 {r['p50']:.0f} ms, p95 {r['p95']:.0f} ms, p99 {r['p99']:.0f} ms "
-            f"({r['count']} samples)"
+            f"{metric}: p50 {r['p50']:,.0f} ms, p95 {r['p95']:,.0f} ms, p99 {r['p99']:,.0f} ms "
+            f"({r['count']:,} samples)"
         )
     slow = presented(report)["stragglers"]
     lines.append(
         "stragglers (worst first): "
         + ", ".join(f"{r['node']} {r['command']} x{r['ratio']:.1f}" for r in slow[:10])
-        + (f" ... ({len(slow)} in all)" if len(slow) > 10 else "")
+        + (f" ... ({len(slow):,} in all)" if len(slow) > 10 else "")
         if slow
         else "stragglers: none"
     )

@@ -15,11 +15,12 @@ events (``spark_job.compute`` with ``rolled``; the tests hold the two to each ot
         outcomes.parquet   per (command, node): distinct regular jobs, and how many of
                            their node events ended in each outcome; the day (midnight)
         commands.parquet   per command: distinct regular jobs
-        samples.parquet    latency samples of regular jobs, counted: (metric, command,
-                           node, ms, cnt), sorted; exact (no rounding: ``--approx``
-                           rounds at report time)
-        command_samples.parquet  the same merged over nodes: (metric, command, ms, cnt),
-                           for the fleet's and each command's percentiles
+        samples.parquet    latency samples of regular jobs, one row per (metric, command,
+                           node) with its values as a sorted list ``ms``; exact (no
+                           rounding: ``--approx`` rounds at report time)
+        command_samples.parquet  the same merged over nodes and counted: (metric,
+                           command, ms, cnt), for the fleet's and each command's
+                           percentiles
         manifest.json      written last: the raw files it was built from, the day's row
                            counts (all, usable, unusable ``job_state`` and liveness rows:
                            what ``skipped`` counts depends on the window), the first and
@@ -61,7 +62,7 @@ from pushjobs.pipeline import events, jobspans
 from pushjobs.pipeline.jobspans import DAY_MS, JobSpans
 from pushjobs.pipeline.metrics import OUTCOMES, RUN_ENDS, UNKNOWN_COMMAND
 
-FORMAT = "pushjobs-rollup/2"  # /1 had no command_samples: rebuilt
+FORMAT = "pushjobs-rollup/3"  # /1 had no command_samples, /2 counted samples: rebuilt
 ROLLUPS = "_rollups"
 SILENCE_MS = 5000
 """Consecutive events further apart than this are written down: a report can find every
@@ -272,12 +273,16 @@ def build_day(out: Path, day: str, regular: set[str]) -> Manifest | None:
         kept_rows=len(kept),
     )
     samples = _samples(pa, pc, states, marks)
-    per_command = samples.group_by(["metric", "command", "ms"]).aggregate([("cnt", "sum")])
+    # Sorted, then grouped on one thread: each list keeps the order of its rows.
+    keys = ["metric", "command", "node"]
+    lists = samples.sort_by([(c, "ascending") for c in (*keys, "ms")])
+    lists = lists.group_by(keys, use_threads=False).aggregate([("ms", "list")])
+    per_command = samples.group_by(["metric", "command", "ms"]).aggregate([("ms", "count")])
     tables_out = {
         "outcomes": _outcomes(pa, pc, states, start),
         "commands": _commands(pa, pc, states),
-        "samples": samples,
-        "command_samples": per_command.rename_columns({"cnt_sum": "cnt"})
+        "samples": lists.rename_columns({"ms_list": "ms"}).select([*keys, "ms"]),
+        "command_samples": per_command.rename_columns({"ms_count": "cnt"})
         .select(["metric", "command", "ms", "cnt"])
         .sort_by([(c, "ascending") for c in ("metric", "command", "ms")]),
     }
@@ -320,7 +325,7 @@ def _commands(pa: Any, pc: Any, states: Any) -> Any:
 
 
 def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
-    """Latency samples as ``spark_job._node_states`` takes them, counted per value."""
+    """Latency samples as ``spark_job._node_states`` takes them: (metric, command, node, ms)."""
     states = _commanded(pa, pc, states)
     mark_ts = marks["ts"]
     firsts = pa.table(
@@ -374,22 +379,10 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
     table = pa.table(
         {"metric": metric, "command": joined["command"], "node": joined["node"], "ms": ms}
     ).filter(pc.is_valid(metric))
-    grouped = table.group_by(["metric", "command", "node", "ms"]).aggregate([("ms", "count")])
-    grouped = grouped.rename_columns({"ms_count": "cnt"}).select(
-        ["metric", "command", "node", "ms", "cnt"]
-    )
     schema = pa.schema(
-        [
-            ("metric", pa.int8()),
-            ("command", pa.string()),
-            ("node", pa.string()),
-            ("ms", pa.int64()),
-            ("cnt", pa.int64()),
-        ]
+        [("metric", pa.int8()), ("command", pa.string()), ("node", pa.string()), ("ms", pa.int64())]
     )
-    return grouped.cast(schema).sort_by(
-        [(c, "ascending") for c in ("metric", "command", "node", "ms")]
-    )
+    return table.cast(schema)
 
 
 def _write(

@@ -12,14 +12,13 @@ small row per job), then
 
 - one aggregation with grouping sets for every outcome table (per command and node, per
   command, per day and command), and one small one over job events for halted jobs;
-- one aggregation to (metric, command, node, value, count), cached, from which the
-  per-node percentiles and the stragglers are taken, and that merged over nodes
-  (metric, command, value, count), cached, for the fleet's and each command's
-  (``spark_latency.py``).
+- the latency samples as a sorted list per (metric, command, node), cached, from which
+  the per-node percentiles and the stragglers are taken, and counted per (metric,
+  command, value), cached, for the fleet's and each command's (``spark_latency.py``).
 
 With rollups (``spark_rollups.py``) the whole days of the window come from them: their
 kept rows join the raw events above, and their counts and counted samples are added to
-what the raw events give, table by table (``_outcomes``, the latency frames).
+what the raw events give, table by table (``_outcomes``, the latency lists and counts).
 
 Where the time goes at 10M events: the two large aggregations (outcomes: 28M expanded
 rows into 3.5M groups; value counts: 6.2M samples into 2.5M groups) are most of it; the
@@ -218,32 +217,33 @@ def compute(
     for row in report.by_command:
         row[HALTED] = halted.get(row["command"], 0)
     progress("latency percentiles and stragglers")
-    values = spark_latency.value_counts(F, states, approx)
+    rows = spark_latency.samples(F, states)
+    lists = spark_latency.lists(F, rows, approx)
     if rolled is None:
-        values = values.cache()
-        commands = spark_latency.per_command(F, values).cache()
+        lists = spark_latency.merged_lists(F, lists, "metric", "command", "node").cache()
+        # From the cached lists: reading the samples again cost four times as much.
+        commands = spark_latency.per_command(F, spark_latency.counted_lists(F, lists)).cache()
     else:
-        # The whole days' samples as they are, and merged over nodes as each day keeps
-        # them: the fleet's and each command's percentiles need not read every node's.
-        commands = spark_latency.per_command(F, values).unionByName(
-            spark_latency.rounded_counts(F, rolled.command_samples, approx, "command")
+        # The raw events of the partial days are few: read twice. The whole days' counted
+        # samples are a tenth of their lists' values.
+        lists = lists.unionByName(spark_latency.rolled_lists(F, rolled.samples, approx))
+        lists = spark_latency.merged_lists(F, lists, "metric", "command", "node").cache()
+        commands = spark_latency.counted(F, rows, approx).unionByName(
+            spark_latency.rounded_counts(F, rolled.command_samples, approx)
         )
         commands = spark_latency.per_command(F, commands).cache()
-        values = values.unionByName(
-            spark_latency.rounded_counts(F, rolled.samples, approx, "command", "node")
-        ).cache()
     try:
-        report.latency = spark_latency.latency(F, values, commands)
+        report.latency = spark_latency.latency(F, lists, commands)
         report.latency_by_command = spark_latency.latency_by_command(F, commands)
         report.stragglers = spark_latency.stragglers(
             F,
-            values,
+            lists,
             report.latency_by_command,
             factor=straggler_factor,
             min_samples=min_samples,
         )
     finally:
-        values.unpersist()
+        lists.unpersist()
         commands.unpersist()
     return report
 

@@ -14,7 +14,8 @@ events, its jobs' marks) are in the rollup's ``kept`` rows.
 - outcomes: the raw and kept ``node_state`` events counted as before, plus each whole
   day's counts of its regular jobs (a regular job lies in one day, so its distinct count
   adds up: ``merge_outcomes``);
-- latencies: the raw and kept events' samples, plus the whole days' counted samples;
+- latencies: the raw and kept events' samples, plus the whole days' lists of samples
+  (per metric, command and node) and counted samples (per metric and command);
 - server gaps: consecutive events more than ``server_gap_ms`` apart, from the whole days'
   silences and the raw events' (``gap_candidates``): the same pairs as from raw events.
 
@@ -199,7 +200,7 @@ SCHEMAS = {
     + ", ".join(f"{s} bigint" for s in OUTCOMES)
     + ", day bigint",
     "commands": "command string, jobs bigint",
-    "samples": "metric tinyint, command string, node string, ms bigint, cnt bigint",
+    "samples": "metric tinyint, command string, node string, ms array<bigint>",
     "command_samples": "metric tinyint, command string, ms bigint, cnt bigint",
 }
 """The rollup tables as ``rollup.py`` writes them."""

@@ -134,3 +134,22 @@ def test_a_report_session_collects_garbage_with_the_parallel_collector(tmp_path)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=True
     )
     assert "PS Scavenge" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_big_fleets_counts_are_grouped_in_thousands():
+    # At fleet scale the summary's counts run to nine digits: 100347263 is not read at a
+    # glance, 100,347,263 is.
+    report = metrics.Report(0, 86_400_000, events=100_347_263, skipped=1_204)
+    report.by_command = [
+        {"command": "backup", "jobs": 444_919, "nodes": 10_000}
+        | dict.fromkeys(metrics.OUTCOMES, 0)
+        | {"succeeded": 7_673_733, "failed": 78_131}
+    ]
+    report.availability = [
+        {"node": "web-1", "availability_pct": 99.5, "offline_ms": 1, "flaps": 150_638}
+    ]
+    text = output.summary_text(report)
+    assert "events 100,347,263 in the window (1,204 skipped as malformed)" in text
+    assert "command backup: 444,919 jobs on 10,000 nodes" in text
+    assert "succeeded 7,673,733, failed 78,131" in text
+    assert "150,638 flaps" in text

@@ -100,10 +100,54 @@ def test_a_regular_job_is_counted_and_one_over_midnight_kept_raw(archive: Path) 
         "metric": 0,
         "command": "patch",
         "node": "a",
-        "ms": 29,
-        "cnt": 1,
+        "ms": [29],
     }
-    assert samples[(rollup.RUN, "patch", "b")]["ms"] == 5 * h.MIN - 205
+    assert samples[(rollup.RUN, "patch", "b")]["ms"] == [5 * h.MIN - 205]
+    counted = {
+        (r["metric"], r["command"], r["ms"]): r["cnt"]
+        for r in table(archive, day1, "command_samples")
+    }
+    assert counted[(rollup.VOTE, "patch", 29)] == 1
+
+
+def test_a_nodes_samples_are_one_sorted_list_and_counted_over_nodes(tmp_path: Path) -> None:
+    # Runs of one command in an order their durations do not follow, on two nodes: a's
+    # list is sorted, and equal values across nodes are counted together.
+    rows: list[dict[str, Any]] = []
+    for i, (took_a, took_b) in enumerate([(300, 50), (100, 300), (200, 300), (100, 70)]):
+        t = h.T0 + i * h.HOUR
+        rows.append(
+            {
+                "offset": len(rows),
+                "ts": t,
+                "kind": "job_state",
+                "job_id": f"j{i}",
+                "state": "running",
+                "prev_state": "voting",
+                "command": "ls",
+            }
+        )
+        for node, took in (("a", took_a), ("b", took_b)):
+            rows.append(
+                {
+                    "offset": len(rows),
+                    "ts": t + took,
+                    "kind": "node_state",
+                    "job_id": f"j{i}",
+                    "node": node,
+                    "state": "succeeded",
+                    "prev_state": "running",
+                    "command": "ls",
+                    "duration_ms": took,
+                }
+            )
+    rows.append({"offset": len(rows), "ts": h.T0 + h.DAY, "kind": "node_online", "node": "a"})
+    out = write(tmp_path, rows)
+    assert rollup.update(out).built == [DAYS[0]]
+    lists = {r["node"]: r["ms"] for r in table(out, DAYS[0], "samples")}
+    assert lists == {"a": [100, 100, 200, 300], "b": [50, 70, 300, 300]}
+    counted = {r["ms"]: r["cnt"] for r in table(out, DAYS[0], "command_samples")}
+    assert counted == {50: 1, 70: 1, 100: 2, 200: 1, 300: 3}
 
 
 def test_the_manifest_counts_rows_and_names_its_files_and_silences(archive: Path) -> None:
