@@ -301,7 +301,7 @@ def start(
             )
             raise typer.Exit(INTERRUPTED) from None
         if job["state"] == JobState.AWAITING_APPROVAL:
-            awaiting(job, as_json)
+            awaiting(job, as_json, nowait)
         if nowait:
             if as_json:
                 print_json(job)
@@ -312,19 +312,25 @@ def start(
         finish(job, as_json)
 
 
-def awaiting(job: dict[str, Any], as_json: bool) -> NoReturn:
-    """A job held for approval: say so, why, until when, and what to run next; exit 11."""
+def awaiting(job: dict[str, Any], as_json: bool, nowait: bool) -> NoReturn:
+    """A job held for approval: say so, why, until when, and what to run next; exit 11.
+    With ``--nowait`` the job id alone goes to stdout (``JOB=$(...)``), the rest to stderr."""
     if as_json:
         print_json(job)
-    else:
-        job_id = printable(job["job_id"])
-        approval = job.get("approval") or {}
-        until = jobview.local_time(int(approval.get("expires_ms", 0)))
-        typer.echo(f"job {job_id} awaits approval: {printable(approval.get('rule', ''))}")
-        typer.echo(f"another admin may approve it until {until} (then it expires):")
-        typer.echo(f"  pushjobs job approve {job_id}")
-        typer.echo(f"  pushjobs job reject {job_id} --reason WHY")
-        typer.echo(f"follow it: pushjobs job status {job_id} --watch")
+        raise typer.Exit(int(Exit.AWAITING_APPROVAL))
+    job_id = printable(job["job_id"])
+    approval = job.get("approval") or {}
+    until = jobview.local_time(int(approval.get("expires_ms", 0)))
+    if nowait:
+        typer.echo(job_id)
+    lines = [
+        f"job {job_id} awaits approval: {printable(approval.get('rule', ''))}",
+        f"another admin may approve it until {until} (then it expires):",
+        f"  pushjobs job approve {job_id}",
+        f"  pushjobs job reject {job_id} --reason WHY",
+        f"follow it: pushjobs job status {job_id} --watch",
+    ]
+    typer.echo("\n".join(lines), err=nowait)
     raise typer.Exit(int(Exit.AWAITING_APPROVAL))
 
 
