@@ -25,7 +25,7 @@ from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import Fleet, make_fleet, run_cli
 from tests.support import wait_until
 
-EXPIRY_S = 8.0
+EXPIRY_S = 10.0  # long enough for the CLI calls before the approval on a busy machine
 POLICY = {"commands": ["^stamp$"], "forbid_bare_star": True, "approval_expiry_s": EXPIRY_S}
 NODES = ["node-1", "node-2"]
 

@@ -232,9 +232,11 @@ def test_a_held_job_holds_no_node_until_approved() -> None:
 
 def test_the_approval_is_in_the_job_state_event() -> None:
     coord = Coordinator()
-    changes = submit(coord, "j1", hold=("rule", T0 + HOUR_MS))
-    changes += coord.reject("j1", "bob", "no", T0 + 5)
-    events = [orjson.loads(v) for _, v in records.job_events(changes, coord.jobs, "s")]
+    # Each turn's changes written as the daemon does: at the end of that turn.
+    turns = [submit(coord, "j1", hold=("rule", T0 + HOUR_MS))]
+    events = [orjson.loads(v) for _, v in records.job_events(turns[0], coord.jobs, "s")]
+    turns.append(coord.reject("j1", "bob", "no", T0 + 5))
+    events += [orjson.loads(v) for _, v in records.job_events(turns[1], coord.jobs, "s")]
     states = [
         (e["prev_state"], e["state"], e.get("approval")) for e in events if e["kind"] == "job_state"
     ]
