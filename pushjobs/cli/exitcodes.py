@@ -48,7 +48,7 @@ CODES: dict[Exit, str] = {
     Exit.CONFIG: "configuration: a missing or invalid config file, setting or endpoint",
     Exit.ERROR: "any other error",
     Exit.AWAITING_APPROVAL: (
-        "the server's policy holds the job until another admin approves it (job approve)"
+        "held by the server's policy until another admin approves it (job approve)"
     ),
     Exit.REJECTED: "an admin rejected the job, or its approval expired: no node ran it",
 }

@@ -270,7 +270,7 @@ def start(
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
 
-    A job the server's [policy] holds for approval is not started: this returns at once,
+    A job the server's \\[policy] holds for approval is not started: this returns at once,
     naming the rule, and exits 11 (awaiting_approval) until another admin runs
     pushjobs job approve ID.
     """
