@@ -32,8 +32,8 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                      JOB has batch: {window, wait_s, max_failures, failures}; with
                      busy_wait_s, JOB has gate_until_ms (not null while it waits for busy
                      nodes) and busy_wait_ms; a job the server's policy holds comes back
-                     ``awaiting_approval``, JOB.approval {rule, expires_ms}; one it forbids
-                     (a bare ``*``) is refused ``unauthorized``
+                     ``awaiting_approval``, JOB.approval {rule, expires_ms, requester};
+                     one it forbids (a bare ``*``) is refused ``unauthorized``
     job.list      reader  {state?: str, limit: 50, offset: 0}
                   -> {jobs: [JOB without "nodes"], total}   newest first
     job.status    reader  {job_id} -> {job: JOB}
@@ -87,8 +87,8 @@ Methods, parameters (JSON object ``params``) and results (``result``):
            run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
            options {env, secret_env: {K: "<secret>"}, cwd, capture}: a secret's value is
            never returned, sealed or not; approval (null unless the policy held the job)
-           {rule, expires_ms, decision?: approved|rejected|expired, decided_by,
-           decided_ms, reason}; nodes {name: {state, exit_status, reason,
+           {rule, expires_ms, requester, decision?: approved|rejected|expired,
+           decided_by, decided_ms, reason}; nodes {name: {state, exit_status, reason,
            changed_ms, ...}}
     NODE = {name, key_state, online, command_endpoint, incarnation, job_id, job_state,
             last_seen_ms_ago, facts, tags}

@@ -69,6 +69,7 @@ from server.core.busywait import Blocked, Claims
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
 from server.core.finished import Finished, option_bytes
 from server.core.job import Job
+from server.core.policy import Hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +157,9 @@ class Coordinator:
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
         busy_wait_ms: int = 0,
-        hold: tuple[str, int] | None = None,
+        hold: Hold | None = None,
     ) -> list[Change]:
-        """Create a job and start it; with ``hold`` (its rule, its expiry in wall ms) it
-        waits for approval instead."""
+        """Create a job and start it; with ``hold`` it waits for approval instead."""
         if job_id in self.jobs:
             raise StateError(f"job {job_id} exists already")
         job = Job.new(
@@ -177,7 +177,7 @@ class Coordinator:
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
         if hold is not None:
-            out += job.hold(hold[0], hold[1], now_ms)
+            out += job.hold(hold, now_ms)
             self._after(job, out)
             return out
         out += job.start(

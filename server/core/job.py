@@ -92,6 +92,7 @@ from server.core.batch import (
 )
 from server.core.busywait import Blocked, gave_up
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.policy import Hold
 from server.core.sealing import redacted
 from server.core.snapshot import (
     CHUNK_NODES,
@@ -131,7 +132,7 @@ class Job:
     # vote (0: it does not wait), and while it waits, until when (``busywait.py``).
     busy_wait_ms: int = 0
     gate_until_ms: int | None = None
-    # Held by the server's policy (``hold``): {rule, expires_ms}, and once decided
+    # Held by the server's policy (``hold``): {rule, expires_ms, requester}, and once decided
     # {decision: approved|rejected|expired, decided_by, decided_ms, reason}. None: never held.
     approval: dict[str, Any] | None = None
     chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
@@ -317,12 +318,17 @@ class Job:
 
     # --- held for approval (``policy.py``) ----------------------------------------------
 
-    def hold(self, rule: str, expires_ms: int, now_ms: int) -> list[Effect]:
-        """Wait for an admin's approval until ``expires_ms``, asking no node anything."""
+    def hold(self, hold: Hold, now_ms: int) -> list[Effect]:
+        """Wait for an admin's approval until ``hold.expires_ms``, asking no node anything."""
         out: list[Effect] = []
         self._job(JobEvent.HOLD, now_ms, out)
-        self.approval = {"rule": rule[:MAX_REASON_CHARS], "expires_ms": expires_ms}
+        self.approval = {**hold.to_json(), "rule": hold.rule[:MAX_REASON_CHARS]}
         return out
+
+    @property
+    def requester(self) -> str:
+        """Whose job it is, for who may approve it (``policy.refusal``)."""
+        return str((self.approval or {}).get("requester") or self.requested_by)
 
     @property
     def awaiting_approval(self) -> bool:

@@ -24,8 +24,9 @@ The rules, looked at in this order (0 or an empty list turns one off; without a
     roles = [ROLE, ...]    any job by a key of one of these roles (``writer``)
 
 Who may decide is ``refusal``'s to say: an approval must come from a key other than the
-requester's (the API layer has checked already that it is an accepted admin key); a
-rejection may come from any admin, the requester too (withdrawing its own job).
+requester's (for a schedule's fire, the key that added the schedule: ``Hold.requester``;
+the API layer has checked already that it is an accepted admin key); a rejection may come
+from any admin, the requester too (withdrawing its own job).
 
 Killed at any line: nothing here holds state; a job's hold (its rule and expiry) is in
 its snapshot, so the next leader sees the same rule and the same deadline.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from server.core.jobparams import MAX_SECONDS
 
@@ -60,6 +62,20 @@ class Verdict:
     """The rule that holds the job for approval, in words; None: it needs none."""
     forbidden: str | None = None
     """Why the job is refused outright; None: it is not."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A job held for approval: the rule, until when (wall ms), and whose job it is: the
+    key that asked for it, or for a schedule's fire the key that added the schedule (who
+    may not approve it either)."""
+
+    rule: str
+    expires_ms: int
+    requester: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "expires_ms": self.expires_ms, "requester": self.requester}
 
 
 @dataclass(frozen=True, slots=True)

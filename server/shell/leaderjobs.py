@@ -48,7 +48,7 @@ from server.core.coordinator import Change, Coordinator
 from server.core.effects import Send
 from server.core.jobparams import JobRequest
 from server.core.nodetable import NodeTable
-from server.core.policy import Policy, is_glob, refusal
+from server.core.policy import Hold, Policy, is_glob, refusal
 from server.core.targeting import select
 from server.shell.commands import ASKED_KEEP_MS, CommandSender
 from server.shell.leadership import Leadership
@@ -238,9 +238,11 @@ class Jobs:
         *,
         job_id: str | None = None,
         schedule_id: str | None = None,
+        on_behalf_of: str | None = None,
     ) -> str:
         """Start a job; with ``job_id`` given (a schedule's fire), a job id this leader
-        already has is answered with that job, never started twice."""
+        already has is answered with that job, never started twice. ``on_behalf_of``: the
+        key whose job it is for the policy, when not the caller (a schedule's creator)."""
         if self.stopping:
             raise ApiError("the server is stopping", code=methods.NOT_LEADER)
         if job_id is not None and job_id in self.coordinator.jobs:
@@ -257,7 +259,7 @@ class Jobs:
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
                 code=methods.BAD_REQUEST,
             )
-        hold = self._judge(request, targets, caller, unheard, now_ms)
+        hold = self._judge(request, targets, on_behalf_of or caller, unheard, now_ms)
         job_id = job_id or f"{now_ms:x}{secrets.token_hex(4)}"
         run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
         vote_timeout_s = request.vote_timeout_s or self.settings.vote_timeout_s
@@ -277,7 +279,7 @@ class Jobs:
         if schedule_id is not None:
             command["schedule_id"] = schedule_id
         if hold is not None:
-            command["approval"] = {"rule": hold[0], "expires_ms": hold[1]}
+            command["approval"] = hold.to_json()
         # The request is durable before anything acts on it.
         self.leadership.append(self.topics.commands, records.start_records(job_id, command))
         self.changes += self.coordinator.submit(
@@ -298,7 +300,7 @@ class Jobs:
         )
         log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
         if hold is not None:
-            log.info("job %s awaits approval: %s", job_id, hold[0])
+            log.info("job %s awaits approval: %s", job_id, hold.rule)
         return job_id
 
     def _judge(
@@ -308,9 +310,9 @@ class Jobs:
         caller: str,
         unheard: set[str] | None,
         now_ms: int,
-    ) -> tuple[str, int] | None:
-        """The policy's word on a job: refused (``unauthorized``), held (its rule and
-        expiry), or None: it starts at once."""
+    ) -> Hold | None:
+        """The policy's word on a job of ``caller``'s: refused (``unauthorized``), held,
+        or None: it starts at once."""
         policy = self.policy
         matches: dict[str, int] = {}
         if policy.max_glob_matches:
@@ -328,7 +330,7 @@ class Jobs:
             raise ApiError(verdict.forbidden, code=methods.UNAUTHORIZED)
         if verdict.rule is None:
             return None
-        return verdict.rule, now_ms + policy.expiry_ms
+        return Hold(verdict.rule, now_ms + policy.expiry_ms, caller)
 
     def _awaited(self, targets: list[str], unheard: set[str] | None) -> list[str]:
         """Of ``targets``, those to wait for: not heard since the takeover, in its grace."""
@@ -349,7 +351,7 @@ class Jobs:
                 f"job {job_id} is not awaiting approval (it is {job.state})",
                 code=methods.CONFLICT,
             )
-        why = refusal(job.requested_by, caller, approve=approve)
+        why = refusal(job.requester, caller, approve=approve)
         if why is not None:
             raise ApiError(why, code=methods.UNAUTHORIZED)
         decision = {

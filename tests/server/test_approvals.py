@@ -22,7 +22,7 @@ from server.core.effects import Send
 from server.core.job import Job
 from server.core.jobparams import JobRequest
 from server.core.nodetable import NodeTable
-from server.core.policy import Policy, Verdict, refusal
+from server.core.policy import Hold, Policy, Verdict, refusal
 from server.shell.leaderjobs import Jobs
 from server.shell.leadership import Leadership
 from server.shell.serverconfig import JobSettings
@@ -129,7 +129,7 @@ def test_only_someone_else_may_approve_anyone_may_reject() -> None:
 
 def held(targets: tuple[str, ...] = ("a", "b")) -> Job:
     job = Job.new("j1", "reboot", targets, T0, requested_by="alice")
-    out = job.hold("a rule", T0 + HOUR_MS, T0)
+    out = job.hold(Hold("a rule", T0 + HOUR_MS, "alice"), T0)
     assert [type(e).__name__ for e in out] == ["JobChanged"]
     return job
 
@@ -140,7 +140,11 @@ def test_a_held_job_asks_no_node_and_waits_until_its_expiry() -> None:
     assert JobState.AWAITING_APPROVAL not in TERMINAL_JOB_STATES
     assert job.next_deadline_ms() == T0 + HOUR_MS
     assert job.tick(T0 + HOUR_MS - 1) == []
-    assert job.snapshot()["approval"] == {"rule": "a rule", "expires_ms": T0 + HOUR_MS}
+    assert job.snapshot()["approval"] == {
+        "rule": "a rule",
+        "expires_ms": T0 + HOUR_MS,
+        "requester": "alice",
+    }
 
 
 def test_approved_it_votes_as_a_started_job_would() -> None:
@@ -201,7 +205,7 @@ def test_the_hold_and_its_decision_survive_the_snapshot() -> None:
 # --- the coordinator --------------------------------------------------------------------------
 
 
-def submit(coord: Coordinator, job_id: str, *, hold: tuple[str, int] | None, **kw: Any) -> list:
+def submit(coord: Coordinator, job_id: str, *, hold: Hold | None, **kw: Any) -> list:
     return coord.submit(
         job_id,
         "true",
@@ -220,7 +224,7 @@ def submit(coord: Coordinator, job_id: str, *, hold: tuple[str, int] | None, **k
 
 def test_a_held_job_holds_no_node_until_approved() -> None:
     coord = Coordinator()
-    submit(coord, "held", hold=("rule", T0 + HOUR_MS))
+    submit(coord, "held", hold=Hold("rule", T0 + HOUR_MS, "alice"))
     assert coord.holding("a") == [] and coord.node_online("a") == []
     # A job that waits for busy nodes does not wait for a job that is only held.
     out = submit(coord, "next", hold=None, busy_wait_ms=60_000)
@@ -233,14 +237,15 @@ def test_a_held_job_holds_no_node_until_approved() -> None:
 def test_the_approval_is_in_the_job_state_event() -> None:
     coord = Coordinator()
     # Each turn's changes written as the daemon does: at the end of that turn.
-    turns = [submit(coord, "j1", hold=("rule", T0 + HOUR_MS))]
+    turns = [submit(coord, "j1", hold=Hold("rule", T0 + HOUR_MS, "alice"))]
     events = [orjson.loads(v) for _, v in records.job_events(turns[0], coord.jobs, "s")]
     turns.append(coord.reject("j1", "bob", "no", T0 + 5))
     events += [orjson.loads(v) for _, v in records.job_events(turns[1], coord.jobs, "s")]
     states = [
         (e["prev_state"], e["state"], e.get("approval")) for e in events if e["kind"] == "job_state"
     ]
-    assert states[0] == ("new", "awaiting_approval", {"rule": "rule", "expires_ms": T0 + HOUR_MS})
+    held = {"rule": "rule", "expires_ms": T0 + HOUR_MS, "requester": "alice"}
+    assert states[0] == ("new", "awaiting_approval", held)
     prev, state, approval = states[1]
     assert (prev, state) == ("awaiting_approval", "rejected")
     assert approval["decided_by"] == "bob" and approval["reason"] == "no"
@@ -349,3 +354,22 @@ def test_an_approval_written_before_a_crash_is_acted_on_by_the_next_leader() -> 
     job = leader.job(job_id)
     assert job.state is JobState.VOTING
     assert job.approval is not None and job.approval["decided_by"] == "bob"
+
+
+def test_a_schedules_fire_is_its_creators_job_who_may_not_approve_it() -> None:
+    leader = Leader(Policy(commands=("^reboot$",)))
+    request = JobRequest("reboot", ["a"], Quorum(), None, None, {})
+    now = leader.clock.wall_ms()
+    job_id = leader.jobs.start(
+        request, "schedule:s1", now, job_id="fire-1", schedule_id="s1", on_behalf_of="alice"
+    )
+    assert leader.job(job_id).approval == {
+        "rule": "command 'reboot' matches '^reboot$' (policy.commands)",
+        "expires_ms": now + HOUR_MS,
+        "requester": "alice",
+    }
+    with pytest.raises(ApiError) as caught:
+        leader.jobs.decide(job_id, "alice", now, approve=True, reason="")
+    assert caught.value.code == "unauthorized"
+    leader.jobs.decide(job_id, "bob", now, approve=True, reason="")
+    assert leader.job(job_id).state is JobState.VOTING
