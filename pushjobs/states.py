@@ -21,6 +21,11 @@ class JobState(StrEnum):
     CRASHED = "crashed"
     # A batch job that stopped starting nodes once its failure budget was spent.
     HALTED = "halted"
+    # A job the server's policy holds for an admin's approval (``server/core/policy.py``):
+    # no node has been asked anything yet. Approved, it votes; rejected or expired, it
+    # ends ``rejected``.
+    AWAITING_APPROVAL = "awaiting_approval"
+    REJECTED = "rejected"
 
 
 class NodeState(StrEnum):
@@ -46,4 +51,9 @@ TERMINAL_NODE_STATES = frozenset(NodeState) - {
     NodeState.RUNNING,
     NodeState.WAITING,
 }
-TERMINAL_JOB_STATES = frozenset(JobState) - {JobState.NEW, JobState.VOTING, JobState.RUNNING}
+TERMINAL_JOB_STATES = frozenset(JobState) - {
+    JobState.NEW,
+    JobState.AWAITING_APPROVAL,
+    JobState.VOTING,
+    JobState.RUNNING,
+}

@@ -58,7 +58,13 @@ from server.core.edgewire import Served
 from server.core.nodetable import NodeTable
 from server.front.api import ApiFront
 from server.front.backend import ServerBackend
-from server.front.enrolment import Enrolment, node_key_accepted, node_registered, registered_nodes
+from server.front.enrolment import (
+    Enrolment,
+    node_key_accepted,
+    node_registered,
+    registered_nodes,
+    user_role,
+)
 from server.front.handlers import ApiHandlers
 from server.front.responder import Responder
 from server.front.sessions import SessionKeys
@@ -215,6 +221,8 @@ class Server:
             server_name=self.name,
             registered=partial(node_registered, registry),
             known_nodes=partial(registered_nodes, registry),
+            policy=config.policy,
+            role_of=partial(user_role, registry),
         )
         # Every server fires the schedules of its partitions; the leader starts their jobs.
         self.scheduler = Scheduler(

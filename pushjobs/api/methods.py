@@ -31,7 +31,9 @@ Methods, parameters (JSON object ``params``) and results (``result``):
                      only; each node's env policy may still nack a name; a batch job's
                      JOB has batch: {window, wait_s, max_failures, failures}; with
                      busy_wait_s, JOB has gate_until_ms (not null while it waits for busy
-                     nodes) and busy_wait_ms
+                     nodes) and busy_wait_ms; a job the server's policy holds comes back
+                     ``awaiting_approval``, JOB.approval {rule, expires_ms, requester};
+                     one it forbids (a bare ``*``) is refused ``unauthorized``
     job.list      reader  {state?: str, limit: 50, offset: 0}
                   -> {jobs: [JOB without "nodes"], total}   newest first
     job.status    reader  {job_id} -> {job: JOB}
@@ -42,7 +44,13 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     job.output    reader  {job_id, node}
                   -> {job_id, node, exit_status, stdout, stderr, stdout_truncated,
                       stderr_truncated}
-    job.abort     writer  {job_id} -> {job: JOB}
+    job.abort     writer  {job_id} -> {job: JOB}   a job awaiting approval too (withdrawn)
+    job.approve   admin   {job_id, reason?: str} -> {job: JOB}   a job ``awaiting_approval``
+                     (the server's ``[policy]``) begins its vote; ``unauthorized`` for the
+                     job's own requester (another admin must approve), ``conflict`` for a
+                     job not awaiting approval
+    job.reject    admin   {job_id, reason: str} -> {job: JOB}   it ends ``rejected``, no node
+                     asked; any admin, the requester too; ``conflict`` as above
     node.list     reader  {} -> {nodes: [NODE...]}
     node.status   reader  {nodes: [name...]} -> {nodes: [NODE...]}  (NotFound if unknown)
     key.list      admin   {state?, pattern?} -> {keys: [ENTRY...]}
@@ -78,7 +86,9 @@ Methods, parameters (JSON object ``params``) and results (``result``):
            (an int that grows with every change of the job): job_id, command, state, quorum,
            run_timeout_ms, created_ms, started_ms, finished_ms, summary {state: count},
            options {env, secret_env: {K: "<secret>"}, cwd, capture}: a secret's value is
-           never returned, sealed or not; nodes {name: {state, exit_status, reason,
+           never returned, sealed or not; approval (null unless the policy held the job)
+           {rule, expires_ms, requester, decision?: approved|rejected|expired,
+           decided_by, decided_ms, reason}; nodes {name: {state, exit_status, reason,
            changed_ms, ...}}
     NODE = {name, key_state, online, command_endpoint, incarnation, job_id, job_state,
             last_seen_ms_ago, facts, tags}
@@ -109,6 +119,8 @@ METHODS: Final[Mapping[str, str]] = {
     "job.watch": "reader",
     "job.output": "reader",
     "job.abort": "writer",
+    "job.approve": "admin",
+    "job.reject": "admin",
     "node.list": "reader",
     "node.status": "reader",
     "key.list": "admin",

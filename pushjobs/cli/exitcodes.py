@@ -28,6 +28,8 @@ class Exit(IntEnum):
     NOT_FOUND = 8
     CONFIG = 9
     ERROR = 10
+    AWAITING_APPROVAL = 11
+    REJECTED = 12
 
 
 CODES: dict[Exit, str] = {
@@ -45,6 +47,10 @@ CODES: dict[Exit, str] = {
     Exit.NOT_FOUND: "no such job, node, key, topic or input; a selector matching no node",
     Exit.CONFIG: "configuration: a missing or invalid config file, setting or endpoint",
     Exit.ERROR: "any other error",
+    Exit.AWAITING_APPROVAL: (
+        "held by the server's policy until another admin approves it (job approve)"
+    ),
+    Exit.REJECTED: "an admin rejected the job, or its approval expired: no node ran it",
 }
 """Every exit code and what it means, in order."""
 

@@ -1,4 +1,5 @@
-"""``pushjobs job``: start jobs, follow them, read their output, abort them."""
+"""``pushjobs job``: start jobs, follow them, read their output, abort them, and approve
+or reject the ones the server's policy holds for a second admin."""
 
 from __future__ import annotations
 
@@ -268,6 +269,10 @@ def start(
 
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
+
+    A job the server's \\[policy] holds for approval is not started: this returns at once,
+    naming the rule, and exits 11 (awaiting_approval) until another admin runs
+    pushjobs job approve ID.
     """
     params = job_params(
         command,
@@ -295,6 +300,8 @@ def start(
                 err=True,
             )
             raise typer.Exit(INTERRUPTED) from None
+        if job["state"] == JobState.AWAITING_APPROVAL:
+            awaiting(job, as_json, nowait)
         if nowait:
             if as_json:
                 print_json(job)
@@ -303,6 +310,28 @@ def start(
             return
         job = follow(client, job, show_progress=not as_json, abort_on_interrupt=abort_on_interrupt)
         finish(job, as_json)
+
+
+def awaiting(job: dict[str, Any], as_json: bool, nowait: bool) -> NoReturn:
+    """A job held for approval: say so, why, until when, and what to run next; exit 11.
+    With ``--nowait`` the job id alone goes to stdout (``JOB=$(...)``), the rest to stderr."""
+    if as_json:
+        print_json(job)
+        raise typer.Exit(int(Exit.AWAITING_APPROVAL))
+    job_id = printable(job["job_id"])
+    approval = job.get("approval") or {}
+    until = jobview.local_time(int(approval.get("expires_ms", 0)))
+    if nowait:
+        typer.echo(job_id)
+    lines = [
+        f"job {job_id} awaits approval: {printable(approval.get('rule', ''))}",
+        f"another admin may approve it until {until} (then it expires):",
+        f"  pushjobs job approve {job_id}",
+        f"  pushjobs job reject {job_id} --reason WHY",
+        f"follow it: pushjobs job status {job_id} --watch",
+    ]
+    typer.echo("\n".join(lines), err=nowait)
+    raise typer.Exit(int(Exit.AWAITING_APPROVAL))
 
 
 @app.command("list")
@@ -340,7 +369,7 @@ def show_jobs(result: dict[str, Any], as_json: bool) -> None:
             "command": j["command"],
             "state": j["state"],
             "nodes": j["targets"],
-            "summary": jobview.summary_text(j),
+            "summary": jobview.summary_text(j) + jobview.approval_text(j),
             "created": jobview.local_time(j["created_ms"]),
         }
         for j in result["jobs"]
@@ -423,3 +452,66 @@ def abort(
         else:
             state = printable(f"job {job_id} {job['state']}")
             typer.echo(f"{state}: {jobview.summary_text(job)}")
+
+
+ReasonOpt = Annotated[
+    str,
+    typer.Option(
+        "--reason", help="Why: kept in the job and in the log's events.", show_default=False
+    ),
+]
+
+
+@app.command("approve")
+@handle_errors
+def approve(
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (optional): kept in the job and the log.")
+    ] = "",
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a job the server's policy holds (awaiting_approval): its vote begins.
+
+    Needs an admin key other than the one that started the job: a second pair of eyes.
+    Who approved, when and why is kept in the job and in the log's events.
+
+    Example: pushjobs job approve 1a2b3c --reason "change CHG-42"
+
+    Then follow it: pushjobs job status 1a2b3c --watch
+    """
+    _decide("job.approve", job_id, reason, config, server, as_json)
+
+
+@app.command("reject")
+@handle_errors
+def reject(
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    reason: ReasonOpt,
+    config: ConfigOpt = None,
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reject a job the server's policy holds: it ends rejected, no node ever asked.
+
+    Any admin may reject, the job's requester too (withdrawing it); the reason is shown
+    to whoever follows the job and kept in the log's events.
+
+    Example: pushjobs job reject 1a2b3c --reason "not during the freeze"
+    """
+    _decide("job.reject", job_id, reason, config, server, as_json)
+
+
+def _decide(
+    method: str, job_id: str, reason: str, config: Path | None, server: str | None, as_json: bool
+) -> None:
+    with userconfig.connect(config, server) as client, reading_reply():
+        # Refused: the requester's own approval (unauthorized, 7); a job not awaiting
+        # approval (conflict, 10); no such job (8).
+        job = client.call(method, {"job_id": job_id, "reason": reason})["job"]
+        if as_json:
+            print_json(job)
+        else:
+            typer.echo(jobview.headline(job))

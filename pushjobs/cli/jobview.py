@@ -12,7 +12,9 @@ from typing import Any
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import printable, table
 
-TERMINAL = frozenset({"complete", "quorum_failed", "timed_out", "aborted", "crashed", "halted"})
+TERMINAL = frozenset(
+    {"complete", "quorum_failed", "timed_out", "aborted", "crashed", "halted", "rejected"}
+)
 
 
 def exit_code_for(job: Mapping[str, Any]) -> Exit:
@@ -27,6 +29,10 @@ def exit_code_for(job: Mapping[str, Any]) -> Exit:
         return Exit.TIMED_OUT
     if state == "aborted":
         return Exit.ABORTED
+    if state == "rejected":
+        return Exit.REJECTED
+    if state == "awaiting_approval":
+        return Exit.AWAITING_APPROVAL
     if state not in TERMINAL:
         return Exit.ERROR
     nodes = job.get("nodes") or {}
@@ -43,7 +49,25 @@ def summary_text(job: Mapping[str, Any]) -> str:
 
 def headline(job: Mapping[str, Any]) -> str:
     """'job 1a2b3c complete: 2 succeeded', the last line of a job shown."""
-    return f"{_name(job)}: {summary_text(job)}{busy_text(job)}"
+    return f"{_name(job)}: {summary_text(job)}{busy_text(job)}{approval_text(job)}"
+
+
+def approval_text(job: Mapping[str, Any]) -> str:
+    """A job the server's policy held: '; awaiting approval until 12:00:05: RULE', or
+    how it was decided ('; approved by alice'); '' for a job never held."""
+    approval = job.get("approval")  # a server before approvals sends none
+    if not approval:
+        return ""
+    if job["state"] == "awaiting_approval":
+        until = local_time(int(approval["expires_ms"]))[11:]
+        return printable(f"; awaiting approval until {until}: {approval['rule']}")
+    decision, by = approval.get("decision"), approval.get("decided_by")
+    reason = f": {approval['reason']}" if approval.get("reason") else ""
+    if decision == "expired":
+        return printable(f"; approval expired ({approval['rule']})")
+    if decision in ("approved", "rejected"):
+        return printable(f"; {decision} by {by}{reason}")
+    return ""
 
 
 def busy_text(job: Mapping[str, Any]) -> str:
@@ -75,7 +99,10 @@ def batch_text(job: Mapping[str, Any]) -> str:
 
 
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
-    return f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}{busy_text(job)}"
+    return (
+        f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}"
+        f"{busy_text(job)}{approval_text(job)}"
+    )
 
 
 def node_table(job: Mapping[str, Any]) -> str:

@@ -28,7 +28,11 @@ can persist the changes before it sends the commands that follow from them.
   counted as a no at once: it is told again to let that job go, and its commit is sent
   again at its next heartbeat (``unreported``), up to ``STALE_BUSY_TRIES`` times; a node
   still busy after that votes no, saying so;
-- ``tick`` applies vote and run deadlines;
+- ``tick`` applies vote and run deadlines, and a held job's approval expiry;
+- a job the server's policy holds (``submit`` with ``hold``, ``policy.py``) is created
+  ``awaiting_approval`` and holds none of its nodes (it is not indexed by node: a node's
+  heartbeat, loss or return concerns it not, and a busy-wait job does not wait for it);
+  ``approve`` begins its vote then, as ``submit`` would have, and ``reject`` ends it;
 - a job that may wait for busy nodes (``Job.busy_wait_ms``, ``busywait.py``) and finds one
   of its targets held by another job waits, *gated*, asking no node to commit; after every
   input that may have freed a node (a reply, a lost node, an abort, a tick) the gated
@@ -65,6 +69,7 @@ from server.core.busywait import Blocked, Claims
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
 from server.core.finished import Finished, option_bytes
 from server.core.job import Job
+from server.core.policy import Hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +157,9 @@ class Coordinator:
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
         busy_wait_ms: int = 0,
+        hold: Hold | None = None,
     ) -> list[Change]:
+        """Create a job and start it; with ``hold`` it waits for approval instead."""
         if job_id in self.jobs:
             raise StateError(f"job {job_id} exists already")
         job = Job.new(
@@ -167,18 +174,65 @@ class Coordinator:
             requested_by=requested_by,
             busy_wait_ms=busy_wait_ms,
         )
-        busy: dict[str, Blocked] = {}
-        if busy_wait_ms > 0:
-            # In line behind the jobs that wait already: none is overtaken.
-            claims = self._claims()
-            busy = claims.blocked(job.nodes)
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
+        if hold is not None:
+            out += job.hold(hold, now_ms)
+            self._after(job, out)
+            return out
         out += job.start(
-            online, now_ms, unheard=unheard, unheard_until_ms=unheard_until_ms, busy=busy
+            online,
+            now_ms,
+            unheard=unheard,
+            unheard_until_ms=unheard_until_ms,
+            busy=self._busy(job),
         )
         if job.gated:
             self._gated[job_id] = job
+        self._after(job, out)
+        return out
+
+    def _busy(self, job: Job) -> dict[str, Blocked]:
+        if job.busy_wait_ms <= 0:
+            return {}
+        # In line behind the jobs that wait already: none is overtaken.
+        return self._claims().blocked(job.nodes)
+
+    def approve(
+        self,
+        job_id: str,
+        by: str,
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        reason: str = "",
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
+    ) -> list[Change]:
+        """A held job approved by ``by``: its vote begins (``StateError`` if not held)."""
+        job = self.jobs[job_id]
+        busy = self._busy(job)
+        out: list[Change] = list(
+            job.approve(
+                by,
+                online,
+                now_ms,
+                reason=reason,
+                unheard=unheard,
+                unheard_until_ms=unheard_until_ms,
+                busy=busy,
+            )
+        )
+        if job.gated:
+            self._gated[job_id] = job
+        self._after(job, out)
+        self._index(job, job.nodes)  # it holds its nodes from now on
+        return out
+
+    def reject(self, job_id: str, by: str, reason: str, now_ms: int) -> list[Change]:
+        """A held job rejected by ``by``: it ends (``StateError`` if not held)."""
+        job = self.jobs[job_id]
+        out: list[Change] = list(job.reject(by, reason, now_ms))
         self._after(job, out)
         return out
 
@@ -507,6 +561,8 @@ class Coordinator:
             self._index(job, {c.node for c in changes if isinstance(c, NodeChanged)})
 
     def _index(self, job: Job, names: Iterable[str]) -> None:
+        if job.awaiting_approval:
+            return  # it holds no node until approved
         for name in names:
             record = job.nodes[name]
             jobs = self._active_by_node.get(name)

@@ -32,6 +32,14 @@ free or at ``gate_until_ms``: the nodes still busy then vote no, saying so, the 
 are asked and have the whole vote timeout. A gated job's node lost meanwhile was never
 asked: ``unavailable``, not ``crashed``.
 
+A job the server's policy holds (``policy.py``) goes from ``new`` to ``awaiting_approval``
+instead (``hold``), its rule and expiry in ``approval``, and no node is asked anything:
+its nodes stay ``new`` and it holds none of them. ``approve`` (naming who) begins its
+vote as ``start`` would have; ``reject`` (who, why) or ``tick`` past the expiry end it
+``rejected``, every node ``skipped`` with why. The decision stays in ``approval``
+(``decision``, ``decided_by``, ``decided_ms``, ``reason``): it is in the job's snapshot
+and in the ``job_state`` event of the move (``records.py``), the audit of who let what run.
+
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. ``_node`` is the one place a node changes state,
@@ -84,6 +92,7 @@ from server.core.batch import (
 )
 from server.core.busywait import Blocked, gave_up
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.policy import Hold
 from server.core.sealing import redacted
 from server.core.snapshot import (
     CHUNK_NODES,
@@ -123,6 +132,9 @@ class Job:
     # vote (0: it does not wait), and while it waits, until when (``busywait.py``).
     busy_wait_ms: int = 0
     gate_until_ms: int | None = None
+    # Held by the server's policy (``hold``): {rule, expires_ms, requester}, and once decided
+    # {decision: approved|rejected|expired, decided_by, decided_ms, reason}. None: never held.
+    approval: dict[str, Any] | None = None
     chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
@@ -260,9 +272,29 @@ class Job:
         nodes stay ``new`` (the busy ones say what they wait for) until ``open``."""
         if self.state is not JobState.NEW:
             raise StateError(f"job {self.job_id}: cannot start while {self.state}")
+        return self._begin(
+            JobEvent.START,
+            online,
+            now_ms,
+            unheard=unheard,
+            unheard_until_ms=unheard_until_ms,
+            busy=busy,
+        )
+
+    def _begin(
+        self,
+        event: JobEvent,
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        unheard: Iterable[str],
+        unheard_until_ms: int | None,
+        busy: Mapping[str, Blocked] | None,
+    ) -> list[Effect]:
+        """The vote begins (``start``, or ``approve``)."""
         alive = set(online)
         out: list[Effect] = []
-        self._job(JobEvent.START, now_ms, out)
+        self._job(event, now_ms, out)
         self.started_ms = now_ms
         waited = {name for name in unheard if name not in alive and name in self.nodes}
         vote_deadline_ms = now_ms + self.vote_timeout_ms
@@ -282,6 +314,72 @@ class Job:
             return out
         self._send_commits(out)
         self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        return out
+
+    # --- held for approval (``policy.py``) ----------------------------------------------
+
+    def hold(self, hold: Hold, now_ms: int) -> list[Effect]:
+        """Wait for an admin's approval until ``hold.expires_ms``, asking no node anything."""
+        out: list[Effect] = []
+        self._job(JobEvent.HOLD, now_ms, out)
+        self.approval = {**hold.to_json(), "rule": hold.rule[:MAX_REASON_CHARS]}
+        return out
+
+    @property
+    def requester(self) -> str:
+        """Whose job it is, for who may approve it (``policy.refusal``)."""
+        return str((self.approval or {}).get("requester") or self.requested_by)
+
+    @property
+    def awaiting_approval(self) -> bool:
+        return self.state is JobState.AWAITING_APPROVAL
+
+    def approve(
+        self,
+        by: str,
+        online: Iterable[str],
+        now_ms: int,
+        *,
+        reason: str = "",
+        unheard: Iterable[str] = (),
+        unheard_until_ms: int | None = None,
+        busy: Mapping[str, Blocked] | None = None,
+    ) -> list[Effect]:
+        """``by`` approved the job: its vote begins, as ``start``'s would have."""
+        if not self.awaiting_approval:
+            raise StateError(f"job {self.job_id}: cannot approve while {self.state}")
+        self._decide("approved", by, reason, now_ms)
+        return self._begin(
+            JobEvent.APPROVE,
+            online,
+            now_ms,
+            unheard=unheard,
+            unheard_until_ms=unheard_until_ms,
+            busy=busy,
+        )
+
+    def reject(self, by: str, reason: str, now_ms: int) -> list[Effect]:
+        """``by`` rejected the job: it ends ``rejected``, no node asked."""
+        if not self.awaiting_approval:
+            raise StateError(f"job {self.job_id}: cannot reject while {self.state}")
+        self._decide("rejected", by, reason, now_ms)
+        why = f"rejected by {by}: {reason}" if reason else f"rejected by {by}"
+        return self._not_approved(JobEvent.REJECT, why, now_ms)
+
+    def _decide(self, decision: str, by: str, reason: str, now_ms: int) -> None:
+        self.approval = {
+            **(self.approval or {}),
+            "decision": decision,
+            "decided_by": by,
+            "decided_ms": now_ms,
+            "reason": reason[:MAX_REASON_CHARS],
+        }
+
+    def _not_approved(self, event: JobEvent, why: str, now_ms: int) -> list[Effect]:
+        out: list[Effect] = []
+        self._job(event, now_ms, out)
+        for name in self.nodes:
+            self._node(name, NodeEvent.NOT_APPROVED, now_ms, out, reason=why)
         return out
 
     # --- waiting for busy nodes (``busywait.py``) ---------------------------------------
@@ -427,6 +525,9 @@ class Job:
         deadline = self.next_deadline_ms()
         if deadline is None or now_ms < deadline:
             return out
+        if self.awaiting_approval:
+            self._decide("expired", "", "approval expired", now_ms)
+            return self._not_approved(JobEvent.EXPIRE, "approval expired", now_ms)
         if self.state is JobState.VOTING:
             self._hear_no_more(now_ms, out)
             # A gated job's bound is the coordinator's to apply (``open``): it knows who
@@ -469,6 +570,9 @@ class Job:
             self.run_deadline_ms = earliest_ms
 
     def next_deadline_ms(self) -> int | None:
+        if self.awaiting_approval:
+            # Not moved by a takeover (``rearm``): an approval needs no node to answer.
+            return int((self.approval or {}).get("expires_ms", 0))
         if self.state is JobState.VOTING:
             due = self._unheard.deadline_ms(self.vote_deadline_ms)
             if self.gated and self.gate_until_ms is not None:
@@ -571,6 +675,7 @@ class Job:
             "finished_ms": self.finished_ms,
             "busy_wait_ms": self.busy_wait_ms,
             "gate_until_ms": self.gate_until_ms,
+            "approval": self.approval,
             "summary": self.summary(),
             "targets": len(self.nodes),
             **self._batch_fields(),
@@ -614,6 +719,7 @@ class Job:
             # A job written before ``--busy-wait`` has neither: it never waits.
             busy_wait_ms=int(snap.get("busy_wait_ms") or 0),
             gate_until_ms=snap.get("gate_until_ms"),
+            approval=snap.get("approval"),  # a job written before approvals: never held
             chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 

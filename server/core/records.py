@@ -5,6 +5,14 @@ job_state, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
 A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
 
+A job held for approval (``policy.py``) says so in the ``job_state`` records of its moves
+into and out of ``awaiting_approval``: they carry ``approval``, the job's hold and decision
+(``rule``, ``expires_ms``; ``decision`` approved, rejected or expired, ``decided_by``,
+``decided_ms``, ``reason``). The ``events`` topic is append-only: that is the durable
+account of who approved or rejected what, when and why. The decision itself is written
+first to ``commands`` (``decision_record``, key ``job:<id>/approval``, its own key so a
+later abort does not compact it away), before anything acts on it.
+
 The nodes that went online or offline in a turn are ``node_liveness`` records, keyed
 ``liveness`` (``liveness_events``): ``ts`` of the first, ``server``, and ``nodes``, a list
 of ``[node, state, ts, reason]`` (``LIVENESS_FIELDS``; ``state`` online or offline, the
@@ -37,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from pushjobs.states import JobState
 from server.core.coordinator import Change, JobCreated, NodeAmended, OutputReceived
 from server.core.effects import JobChanged, NodeChanged
 from server.core.job import Job
@@ -150,6 +159,7 @@ def job_events(
                 )
             case JobChanged(prev=prev, state=state, at_ms=at):
                 duration = None if job.finished_ms is None else job.finished_ms - job.created_ms
+                held = JobState.AWAITING_APPROVAL in (prev, state)
                 rec = event(
                     "job_state",
                     at,
@@ -161,6 +171,8 @@ def job_events(
                     duration_ms=duration if state == job.state and job.finished else None,
                     summary=job.summary() if job.finished else None,
                 )
+                if held:
+                    rec["approval"] = job.approval
             case OutputReceived(node=node, output=output, exit_status=status):
                 rec = event(
                     "output",
@@ -255,6 +267,14 @@ def touched_chunks(
 
 def command_record(job_id: str, request: Mapping[str, Any]) -> tuple[str, bytes]:
     return f"job:{job_id}", orjson.dumps(request)
+
+
+DECISION_KEY = "/approval"
+
+
+def decision_record(job_id: str, decision: Mapping[str, Any]) -> tuple[str, bytes]:
+    """An approval or rejection of a held job, for ``commands`` (see the docstring)."""
+    return f"job:{job_id}{DECISION_KEY}", orjson.dumps(decision)
 
 
 TARGETS_KEY = "/targets/"

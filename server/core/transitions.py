@@ -33,6 +33,8 @@ class NodeEvent(StrEnum):
     HALT = "halt"
     # A target a new leader never heard from before its takeover grace ended (``awaiting.py``).
     UNHEARD = "unheard"
+    # The job was rejected, or its approval expired, before any node was asked.
+    NOT_APPROVED = "not_approved"
 
 
 class JobEvent(StrEnum):
@@ -44,6 +46,11 @@ class JobEvent(StrEnum):
     ABORT = "abort"
     CRASH = "crash"
     HALT = "halt"
+    # The server's policy (``policy.py``): held for approval, then approved or not.
+    HOLD = "hold"
+    APPROVE = "approve"
+    REJECT = "reject"
+    EXPIRE = "expire"
 
 
 N, J = NodeState, JobState
@@ -81,11 +88,18 @@ NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (N.WAITING, NodeEvent.ABORT): N.ABORTED,
     # Right after a takeover: a target still unheard at the grace's end was never asked.
     (N.NEW, NodeEvent.UNHEARD): N.UNAVAILABLE,
+    # Never asked: a job that was not approved skips every target.
+    (N.NEW, NodeEvent.NOT_APPROVED): N.SKIPPED,
 }
 
 JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {
     (J.NEW, JobEvent.START): J.VOTING,
     (J.NEW, JobEvent.ABORT): J.ABORTED,
+    (J.NEW, JobEvent.HOLD): J.AWAITING_APPROVAL,
+    (J.AWAITING_APPROVAL, JobEvent.APPROVE): J.VOTING,
+    (J.AWAITING_APPROVAL, JobEvent.REJECT): J.REJECTED,
+    (J.AWAITING_APPROVAL, JobEvent.EXPIRE): J.REJECTED,
+    (J.AWAITING_APPROVAL, JobEvent.ABORT): J.ABORTED,
     (J.VOTING, JobEvent.QUORUM_MET): J.RUNNING,
     (J.VOTING, JobEvent.QUORUM_MISSED): J.QUORUM_FAILED,
     (J.VOTING, JobEvent.ABORT): J.ABORTED,

@@ -217,6 +217,9 @@ class ServerBackend:
     def abort_job(self, job_id: str, caller: str) -> None:
         self.jobs.abort(job_id, caller, self.clock.wall_ms())
 
+    def decide_job(self, job_id: str, caller: str, *, approve: bool, reason: str) -> None:
+        self.jobs.decide(job_id, caller, self.clock.wall_ms(), approve=approve, reason=reason)
+
     def node_names(self) -> list[str]:
         names = {info.name for info in self.nodes}
         names.update(e.name for e in self.registry.entries() if e.kind == "node")

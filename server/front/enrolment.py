@@ -431,6 +431,14 @@ def node_registered(registry: KeyRegistry, name: str) -> bool:
     return entry is not None and entry.kind == "node"
 
 
+def user_role(registry: KeyRegistry, name: str) -> str | None:
+    """The role of ``name``'s user key (None: no such user key): the policy's ``roles``."""
+    entry = registry.find(name)
+    if entry is None or entry.kind != "user" or entry.role is None:
+        return None
+    return str(entry.role)
+
+
 def registered_nodes(registry: KeyRegistry) -> list[str]:
     """The accepted nodes' names: what a glob may mean right after a takeover, before
     this server has heard them (``Jobs``)."""

@@ -40,6 +40,8 @@ from server.shell.serverconfig import JobSettings
 
 WATCH: Final = object()
 """A handler's answer meaning: park this request until the job changes or time passes."""
+MAX_DECISION_REASON: Final = 500
+"""An approval's or rejection's reason, at most (kept in the job and in its events)."""
 RATED: Final = frozenset({"job.start", "schedule.add", "schedule.pause", "schedule.resume"})
 """The methods that take a token from the caller's bucket: each makes the server write."""
 
@@ -84,6 +86,10 @@ class Backend(Protocol):
 
     def abort_job(self, job_id: str, caller: str) -> None: ...
 
+    def decide_job(self, job_id: str, caller: str, *, approve: bool, reason: str) -> None:
+        """Approve or reject a job awaiting approval (``Jobs.decide``)."""
+        ...
+
     def node_row(self, name: str) -> dict[str, Any] | None: ...
 
     def node_names(self) -> list[str]: ...
@@ -121,6 +127,8 @@ class ApiHandlers:
             "job.watch": self.job_watch,
             "job.output": self.job_output,
             "job.abort": self.job_abort,
+            "job.approve": self.job_approve,
+            "job.reject": self.job_reject,
             "node.list": self.node_list,
             "node.status": self.node_status,
             **KeyAdmin(self.b).table(),
@@ -251,6 +259,22 @@ class ApiHandlers:
                 code=methods.CONFLICT,
             )
         self.b.abort_job(job_id, caller)
+        return {"job": self.b.coordinator.view(job_id)}
+
+    def job_approve(self, params: Mapping[str, Any], caller: str) -> Any:
+        return self._decide(params, caller, approve=True)
+
+    def job_reject(self, params: Mapping[str, Any], caller: str) -> Any:
+        return self._decide(params, caller, approve=False)
+
+    def _decide(self, params: Mapping[str, Any], caller: str, *, approve: bool) -> Any:
+        job_id = self._job_id(params)
+        reason = params.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > MAX_DECISION_REASON:
+            raise bad(f"'reason' must be a string of at most {MAX_DECISION_REASON} characters")
+        if not approve and not reason.strip():
+            raise bad("a rejection needs a reason (--reason): the requester is told it")
+        self.b.decide_job(job_id, caller, approve=approve, reason=reason.strip())
         return {"job": self.b.coordinator.view(job_id)}
 
     # --- nodes and keys ---------------------------------------------------------------------

@@ -7,6 +7,14 @@ events to ``events`` in batched durable writes, and only then sends the commands
 command on the wire always follows its durable cause. A start or abort request is written
 to ``commands`` before the coordinator hears of it.
 
+The server's policy (``policy.py``) is asked about every start: a job it forbids is
+refused before anything is written; one it holds is written and created
+``awaiting_approval`` (its rule and expiry in its start request and its snapshot). An
+approval or a rejection (``approve``, ``reject``) is written to ``commands`` before the
+coordinator hears of it, like a start or an abort; a new leader that finds one for a job
+its snapshot still shows held applies it (``take_over``): a decision acknowledged is never
+lost, and a job is approved, so started, once.
+
 Standing by (the lease lost, or a write fenced) empties this: a new coordinator, nothing
 pending; the jobs now belong to the new leader. Taking over fills it from the log
 (``takeover.py``).
@@ -27,7 +35,8 @@ import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pushjobs.api import methods
 from pushjobs.errors import ApiError
@@ -39,6 +48,7 @@ from server.core.coordinator import Change, Coordinator
 from server.core.effects import Send
 from server.core.jobparams import JobRequest
 from server.core.nodetable import NodeTable
+from server.core.policy import Hold, Policy, is_glob, refusal
 from server.core.targeting import select
 from server.shell.commands import ASKED_KEEP_MS, CommandSender
 from server.shell.leadership import Leadership
@@ -62,8 +72,12 @@ class Jobs:
         server_name: str,
         registered: Callable[[str], bool],
         known_nodes: Callable[[], Iterable[str]] | None = None,
+        policy: Policy | None = None,
+        role_of: Callable[[str], str | None] | None = None,
     ) -> None:
         self.settings = settings
+        self.policy = policy or Policy()
+        self.role_of = role_of or (lambda _caller: None)  # a user key's role
         self.leadership = leadership
         self.topics = topics
         self.sender = sender
@@ -123,7 +137,30 @@ class Jobs:
         self.grace_until_ms = now_ms + grace_ms
         self.heard = set()
         self.known_before = {name for job, _ in found.jobs for name in job.nodes}
+        for job_id, decision in found.decisions.items():
+            self._redo_decision(job_id, decision, now_ms)
         return done.unfinished_nodes
+
+    def _redo_decision(self, job_id: str, decision: Mapping[str, Any], now_ms: int) -> None:
+        """A decision the previous leader wrote and may not have acted on: acted on now if
+        the job is still held (else it was, and it is not again)."""
+        job = self.coordinator.jobs.get(job_id)
+        if job is None or not job.awaiting_approval:
+            return
+        by, reason = str(decision.get("by", "")), str(decision.get("reason", ""))
+        if decision.get("type") == "approve":
+            log.info("job %s: approved by %s before the takeover; starting it", job_id, by)
+            self.changes += self.coordinator.approve(
+                job_id,
+                by,
+                self.liveness.online_peers(),
+                now_ms,
+                reason=reason,
+                unheard=self._awaited(list(job.nodes), self._unheard(now_ms)),
+                unheard_until_ms=self.grace_until_ms,
+            )
+        elif decision.get("type") == "reject":
+            self.changes += self.coordinator.reject(job_id, by, reason, now_ms)
 
     def _end_grace(self) -> None:
         self.grace_until_ms = None
@@ -201,9 +238,11 @@ class Jobs:
         *,
         job_id: str | None = None,
         schedule_id: str | None = None,
+        on_behalf_of: str | None = None,
     ) -> str:
         """Start a job; with ``job_id`` given (a schedule's fire), a job id this leader
-        already has is answered with that job, never started twice."""
+        already has is answered with that job, never started twice. ``on_behalf_of``: the
+        key whose job it is for the policy, when not the caller (a schedule's creator)."""
         if self.stopping:
             raise ApiError("the server is stopping", code=methods.NOT_LEADER)
         if job_id is not None and job_id in self.coordinator.jobs:
@@ -220,6 +259,7 @@ class Jobs:
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
                 code=methods.BAD_REQUEST,
             )
+        hold = self._judge(request, targets, on_behalf_of or caller, unheard, now_ms)
         job_id = job_id or f"{now_ms:x}{secrets.token_hex(4)}"
         run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
         vote_timeout_s = request.vote_timeout_s or self.settings.vote_timeout_s
@@ -238,6 +278,8 @@ class Jobs:
         }
         if schedule_id is not None:
             command["schedule_id"] = schedule_id
+        if hold is not None:
+            command["approval"] = hold.to_json()
         # The request is durable before anything acts on it.
         self.leadership.append(self.topics.commands, records.start_records(job_id, command))
         self.changes += self.coordinator.submit(
@@ -254,9 +296,41 @@ class Jobs:
             unheard=self._awaited(targets, unheard),
             unheard_until_ms=self.grace_until_ms,
             busy_wait_ms=round((request.busy_wait_s or 0) * 1000),
+            hold=hold,
         )
         log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)
+        if hold is not None:
+            log.info("job %s awaits approval: %s", job_id, hold.rule)
         return job_id
+
+    def _judge(
+        self,
+        request: JobRequest,
+        targets: list[str],
+        caller: str,
+        unheard: set[str] | None,
+        now_ms: int,
+    ) -> Hold | None:
+        """The policy's word on a job of ``caller``'s: refused (``unauthorized``), held,
+        or None: it starts at once."""
+        policy = self.policy
+        matches: dict[str, int] = {}
+        if policy.max_glob_matches:
+            facts = list(self.nodes.facts())
+            for selector in request.selectors:
+                if is_glob(selector):
+                    hits = select(
+                        [selector], facts, exists=self.registered, unheard=sorted(unheard or ())
+                    )
+                    matches[selector] = len(hits)
+        verdict = policy.judge(
+            request.selectors, len(targets), matches, request.command, self.role_of(caller)
+        )
+        if verdict.forbidden is not None:
+            raise ApiError(verdict.forbidden, code=methods.UNAUTHORIZED)
+        if verdict.rule is None:
+            return None
+        return Hold(verdict.rule, now_ms + policy.expiry_ms, caller)
 
     def _awaited(self, targets: list[str], unheard: set[str] | None) -> list[str]:
         """Of ``targets``, those to wait for: not heard since the takeover, in its grace."""
@@ -265,6 +339,45 @@ class Jobs:
         return [
             name for name in targets if name not in self.heard and not self.liveness.is_online(name)
         ]
+
+    def decide(self, job_id: str, caller: str, now_ms: int, *, approve: bool, reason: str) -> None:
+        """Approve or reject a held job: refused ``unauthorized`` for the requester's own
+        approval, ``conflict`` for a job not awaiting approval; else written, then done."""
+        job = self.coordinator.jobs.get(job_id)
+        if job is None:
+            raise ApiError(f"no job {job_id!r}", code=methods.NOT_FOUND)
+        if not job.awaiting_approval:
+            raise ApiError(
+                f"job {job_id} is not awaiting approval (it is {job.state})",
+                code=methods.CONFLICT,
+            )
+        why = refusal(job.requester, caller, approve=approve)
+        if why is not None:
+            raise ApiError(why, code=methods.UNAUTHORIZED)
+        decision = {
+            "type": "approve" if approve else "reject",
+            "job_id": job_id,
+            "by": caller,
+            "reason": reason,
+            "ts": now_ms,
+        }
+        # Durable before the job moves: a new leader finds it (``take_over``).
+        self.leadership.append(self.topics.commands, [records.decision_record(job_id, decision)])
+        if approve:
+            unheard = self._unheard(now_ms)
+            self.changes += self.coordinator.approve(
+                job_id,
+                caller,
+                self.liveness.online_peers(),
+                now_ms,
+                reason=reason,
+                unheard=self._awaited(list(job.nodes), unheard),
+                unheard_until_ms=self.grace_until_ms,
+            )
+        else:
+            self.changes += self.coordinator.reject(job_id, caller, reason, now_ms)
+        verb = "approved" if approve else "rejected"
+        log.info("job %s %s by %s%s", job_id, verb, caller, f": {reason}" if reason else "")
 
     def abort(self, job_id: str, caller: str, now_ms: int) -> None:
         record = {"type": "abort", "job_id": job_id, "requested_by": caller}

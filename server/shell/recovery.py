@@ -2,7 +2,9 @@
 
 Every job's latest snapshot is in ``assignments``; a start request in ``commands`` with no
 snapshot means the previous leader died between accepting the request and starting it.
-A snapshot that cannot be restored is reported, never silently skipped.
+A snapshot that cannot be restored is reported, never silently skipped. An approval or a
+rejection of a held job (``job:<id>/approval``) is handed on by job id (``decisions``):
+the new leader acts on it if the job's snapshot still shows it held (``leaderjobs.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import orjson
 from pushjobs.log.base import OrderedLog
 from pushjobs.log.topics import TopicNames
 from server.core.job import Job
-from server.core.records import CHUNK_KEY, TARGETS_KEY
+from server.core.records import CHUNK_KEY, DECISION_KEY, TARGETS_KEY
 
 
 @dataclass(slots=True)
@@ -23,6 +25,7 @@ class Recovered:
     jobs: list[tuple[Job, int]] = field(default_factory=list)  # (job, version)
     unstarted: list[dict[str, Any]] = field(default_factory=list)  # start requests
     damaged: list[str] = field(default_factory=list)  # "key: problem"
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # job id -> decision
 
 
 def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
@@ -58,6 +61,9 @@ def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
     requests: dict[str, bytes] = {}
     targets: dict[str, dict[int, bytes]] = {}
     for key, record in log.latest(topics.commands).items():
+        if key.endswith(DECISION_KEY):
+            _decision(out, key, record.value)
+            continue
         base, sep, index = key.partition(TARGETS_KEY)
         if base in known or record.value is None:
             continue
@@ -83,3 +89,14 @@ def recover(log: OrderedLog, topics: TopicNames) -> Recovered:
             out.unstarted.append(request)
     out.jobs.sort(key=lambda pair: pair[0].created_ms)
     return out
+
+
+def _decision(out: Recovered, key: str, value: bytes | None) -> None:
+    """A held job's approval or rejection, for the job's id."""
+    if value is None:
+        return
+    try:
+        decision = orjson.loads(value)
+        out.decisions[str(decision["job_id"])] = dict(decision)
+    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+        out.damaged.append(f"{key}: {type(exc).__name__}: {exc}")

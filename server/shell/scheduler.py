@@ -417,6 +417,7 @@ class Scheduler:
                 now_ms,
                 job_id=fire.job_id,
                 schedule_id=fire.schedule_id,
+                on_behalf_of=entry.schedule.created_by or None,
             )
         except ApiError as exc:
             if exc.code == methods.NOT_LEADER:

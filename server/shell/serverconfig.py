@@ -16,6 +16,9 @@
     edge_port_base = 0                      # edge i: this + 2i (heartbeat), + 2i + 1 (reply)
     edge_bind = ""                          # where pushjobs-edge processes join ("": none)
     [jobs]      vote_timeout_s, run_timeout_s
+    [policy]    max_targets, max_glob_matches, commands, roles, forbid_bare_star,
+                approval_expiry_s: which jobs wait for an admin's approval
+                (``server/core/policy.py``; none without the table)
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
     [log]       backend, path, bootstrap_servers, topic_prefix, ...
@@ -39,6 +42,7 @@ from pushjobs.config import LivenessSettings, ProtocolSettings
 from pushjobs.errors import ConfigError
 from pushjobs.log.factory import LogSettings
 from server.core.jobparams import MAX_SECONDS
+from server.core.policy import Policy
 from server.core.schedshards import DEFAULT_PARTITIONS, MAX_PARTITIONS
 from server.shell.prometheus import parse_bind
 
@@ -226,6 +230,7 @@ class ServerConfig:
     liveness: LivenessSettings = field(default_factory=LivenessSettings)
     protocol: ProtocolSettings = field(default_factory=ProtocolSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    policy: Policy = field(default_factory=Policy)
 
 
 def load_identity(section: ServerSection) -> PrivateIdentity:

@@ -15,6 +15,8 @@ requests no snapshot followed. ``take_over`` turns that into a fresh coordinator
   ``ready`` ones (told to run already) are the only ones ever told again;
 - every active job is rewritten whole once: a job restored from an older layout (one
   record, or chunks of another size) must not get a header naming chunks never written;
+- a job awaiting approval keeps its expiry (nothing of it waits for a node) and the
+  leader acts on a decision written for it (``leaderjobs.py``);
 - the nodes of active jobs still owing a result are listed, for node intake to give them
   a grace period to show up before they count as lost.
 
@@ -85,6 +87,8 @@ def take_over(
 
 def _unfinished(jobs: Iterable[Job]) -> Iterable[str]:
     for job in jobs:
+        if job.awaiting_approval:
+            continue  # no node was asked anything: none owes a result
         for name, rec in job.nodes.items():
             if rec.state not in TERMINAL_NODE_STATES:
                 yield name

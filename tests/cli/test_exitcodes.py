@@ -49,8 +49,8 @@ def pushjobs(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-def test_the_codes_are_0_to_10_each_named_and_explained() -> None:
-    assert [int(code) for code in CODES] == list(range(11))
+def test_the_codes_are_0_to_12_each_named_and_explained() -> None:
+    assert [int(code) for code in CODES] == list(range(13))
     assert list(CODES) == list(Exit)
     assert all(text and "\n" not in text for text in CODES.values())
 

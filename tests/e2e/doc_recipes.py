@@ -260,7 +260,8 @@ class Walkthrough:
 
 def merge(existing: str, fragment: str) -> str:
     """``existing`` with each ``key = value`` line of ``fragment`` put in its table: the
-    line of that key replaced, or added under the table's header."""
+    line of that key replaced, or added under the table's header (the table added at the
+    end if the file has none)."""
     lines = existing.splitlines()
     table = ""
     for line in fragment.splitlines():
@@ -274,6 +275,8 @@ def merge(existing: str, fragment: str) -> str:
 
 
 def put(lines: list[str], table: str, key: str, new: str) -> list[str]:
+    if table and table not in lines:
+        return [*lines, "", table, new]  # a table the file has not got yet: added at its end
     start = lines.index(table) + 1 if table else 0
     end = next((i for i in range(start, len(lines)) if lines[i].startswith("[")), len(lines))
     for i in range(start, end):
