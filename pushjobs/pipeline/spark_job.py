@@ -17,13 +17,13 @@ small row per job), then
   command, value), cached, for the fleet's and each command's (``spark_latency.py``).
 
 With rollups (``spark_rollups.py``) the whole days of the window come from them: their
-kept rows join the raw events above, and their counts and counted samples are added to
+kept rows join the raw events above, and their counts, lists and counted samples are added to
 what the raw events give, table by table (``_outcomes``, the latency lists and counts).
 
-Where the time goes at 10M events: the two large aggregations (outcomes: 28M expanded
-rows into 3.5M groups; value counts: 6.2M samples into 2.5M groups) are most of it; the
-percentiles over the cached counts come next. Caching the joined events themselves cost
-more than reading the Parquet again. Measured on 10M events and not taken: aggregating
+Where the time goes at 10M events: the outcomes' aggregation (28M expanded rows into
+3.5M groups) is most of it, then the latency lists (6.2M samples into 80k sorted lists)
+and Spark's fixed cost. Caching the joined events themselves cost more than reading the
+Parquet again. Measured on 10M events and not taken: aggregating
 the outcomes first to (command, node, job, day) and rolling the tables up from that took
 14-42 % more CPU than the grouping sets (the distinct jobs need the job in the key either
 way, so the first step shrinks the rows only threefold); command and node as small
