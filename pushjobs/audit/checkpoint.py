@@ -178,3 +178,16 @@ class Ledger:
             parts[-1].append(ChainState(topic, by, n.head, tuple(entries)))
             room -= len(entries)
         return [Checkpoint(server, ts_ms, key_id, tuple(p)) for p in parts if p]
+
+    def restore(self, parts: Sequence[Checkpoint]) -> None:
+        """Checkpoints ``take`` gave that were not written: noted again, under what was
+        noted since (the newer head and the newer record of a key win)."""
+        for cp in parts:
+            for c in cp.chains:
+                noted = self._noted.setdefault((c.topic, c.by), _Noted(c.head, bool(c.live)))
+                if c.head.seq > noted.head.seq:
+                    noted.head = c.head
+                for e in c.live:
+                    known = noted.live.get(e.key)
+                    if known is None or known.seq < e.seq:
+                        noted.live[e.key] = e
