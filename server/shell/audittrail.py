@@ -43,7 +43,9 @@ from server.core.schedshards import count_topic
 
 log = logging.getLogger("pushjobs.server")
 
-TAIL_PAGE = 256  # records read at a time, backwards, to find a stream's head
+# Records read back at first to find a stream's head, then four times more each page: the
+# head is nearly always the topic's last record, and an events record may be 256 KiB.
+FIRST_PAGE = 4
 
 
 def audited(topics: TopicNames) -> Callable[[str], bool | None]:
@@ -101,15 +103,15 @@ class ChainedLog(PassThroughLog):
 
 def read_head(log_: OrderedLog, topic: str, by: str) -> Head:
     """Stream ``by``'s head from the end of ``topic``, read back a page at a time."""
-    end = log_.end_offset(topic)
+    end, page = log_.end_offset(topic), FIRST_PAGE
     tail: list[TailRecord] = []
     while end > 0:
-        start = max(0, end - TAIL_PAGE)
+        start = max(0, end - page)
         tail = [TailRecord(r.key, r.value) for r in log_.read(topic, start, end - start)] + tail
         head = head_from_tail(by, tail)
         if head is not None:
             return head
-        end = start
+        end, page = start, page * 4
     return EMPTY
 
 

@@ -31,7 +31,8 @@ def verify(walk: Walkthrough, log: Path, key: str = "/etc/pushjobs/keys/server.p
 
 
 def tampered(log: Path, name: str, sql: str, *args: object) -> Path:
-    """A copy of ``log`` with ``sql`` run on it (``{events}``: the events topic's id)."""
+    """A copy of ``log`` with ``sql`` run on it (``{base}``: the events topic's first
+    record id, offset 0)."""
     copy = log.with_name(f"{name}.db")
     with sqlite3.connect(log) as src, sqlite3.connect(copy) as dst:
         src.backup(dst)
@@ -60,13 +61,14 @@ def test_the_audit_recipe_verifies_a_real_run_and_names_every_tampering(walk: Wa
     assert events["chained"] >= 4 and events["unsealed"] == 0, events
 
     with sqlite3.connect(log) as db:
+        (topic_id,) = db.execute("SELECT id FROM topics WHERE name = ?", (EVENTS,)).fetchone()
         rows = db.execute(
-            "SELECT r.id, r.value FROM records r JOIN topics t ON t.name = ?"
-            " WHERE r.id >> ? = t.id AND r.value LIKE '{\"_chain\"%' ORDER BY r.id",
-            (EVENTS, OFFSET_BITS),
+            "SELECT id FROM records WHERE id >> ? = ?"
+            " AND CAST(value AS TEXT) LIKE '{\"_chain\"%' ORDER BY id",
+            (OFFSET_BITS, topic_id),
         ).fetchall()
-    mask = (1 << OFFSET_BITS) - 1
-    middle = [rid & mask for rid, _ in rows][1:-1]
+    mask, base = (1 << OFFSET_BITS) - 1, topic_id << OFFSET_BITS
+    middle = [rid & mask for (rid,) in rows][1:-1]
     assert len(middle) >= 2, rows
     at, after = middle[0], middle[1]
 
@@ -86,16 +88,16 @@ def test_the_audit_recipe_verifies_a_real_run_and_names_every_tampering(walk: Wa
     assert first(byte) == (EVENTS, at, "altered")
     removed = tampered(log, "removed", "DELETE FROM records WHERE id = {base} + ?", at)
     assert first(removed) == (EVENTS, after, "missing")
+    with sqlite3.connect(log) as db:
+        values = [
+            db.execute("SELECT value FROM records WHERE id = ?", (base + o,)).fetchone()[0]
+            for o in (after, at)
+        ]
     swapped = tampered(
-        log,
-        "swapped",
-        "UPDATE records SET value = CASE id WHEN {base} + ?1 THEN"
-        " (SELECT value FROM records WHERE id = {base} + ?2) ELSE"
-        " (SELECT value FROM records WHERE id = {base} + ?1) END"
-        " WHERE id IN ({base} + ?1, {base} + ?2)",
-        at,
-        after,
+        log, "swapped", "UPDATE records SET value = ? WHERE id = {base} + ?", values[0], at
     )
+    with sqlite3.connect(swapped) as db:
+        db.execute("UPDATE records SET value = ? WHERE id = ?", (values[1], base + after))
     assert first(swapped) == (EVENTS, at, "reordered")
 
     walk.run("pushjobs key gen other --kind server --dir /etc/pushjobs/keys")
