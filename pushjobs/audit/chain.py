@@ -10,20 +10,22 @@ fence groups (a schedules partition) holds two streams, interleaved, each checka
 alone. Whoever takes a fence group over continues its streams from the log
 (``head_from_tail``): a new leader after a failover, a new owner after a rebalance.
 
-Each record of a stream gets the next ``seq`` (0, 1, 2...) and a *link*: a BLAKE2b-256
+Each record of a stream gets the next ``seq`` (0, 1, 2...) and a *link*: a SHA-256
 hash that commits to it and, through it, to every record of the stream before it:
 
 - a *carrier* (a JSON object value, nearly every record) carries ``"_chain": {"by":
   STREAM, "seq": N, "prev": HEX}`` as the first field of its value, ``prev`` being the
   link of the record before it in its stream (``GENESIS`` for the first). Its link is its
-  *content hash*: BLAKE2b over its key and stored value bytes, ``_chain`` included.
+  *content hash*: SHA-256 over its key and stored value bytes, ``_chain`` included.
 - a *passenger* (a tombstone, or a value that is not a JSON object, such as a start
   request's target chunks) has no room for the field. Its link folds the link before it
   with its content hash, so the next carrier of the stream covers it.
 
-The field is spliced in front of the encoded value (no re-encoding, one hash of bytes
-already in hand, a few hundred nanoseconds a record), and every reader of these topics
-reads JSON objects by field, so an extra field changes nothing for them.
+The field is spliced in front of the encoded value: no re-encoding, one hash of bytes
+already in hand, about 5 us a small record and under 2 us a KiB of a large one (about what
+encoding the value cost). SHA-256 rather than BLAKE2b: CPUs hash it in hardware, twice as
+fast on the machines measured. Every reader of these topics reads JSON objects by field,
+so an extra field changes nothing for them.
 
 A link says nothing by itself: anyone can recompute a chain. What makes it evidence is a
 checkpoint (``checkpoint.py``) signed with the server's identity key, naming a stream's
@@ -42,13 +44,14 @@ import orjson
 FIELD: Final = "_chain"
 GENESIS: Final = bytes(32)
 _PREFIX: Final = b'{"' + FIELD.encode() + b'":'
-_RECORD: Final = b"pushjobs.record"
-_FOLD: Final = b"pushjobs.fold"
+# Each hash starts with its purpose, so a record's hash can never pass for a fold's.
+_RECORD: Final = b"pushjobs.record\x00"
+_FOLD: Final = b"pushjobs.fold\x00"
 
 
 def content_hash(key: str, value: bytes | None) -> bytes:
-    """BLAKE2b-256 of a record's key and stored value; a tombstone hashes as one."""
-    h = hashlib.blake2b(digest_size=32, person=_RECORD)
+    """SHA-256 of a record's key and stored value; a tombstone hashes as one."""
+    h = hashlib.sha256(_RECORD)
     raw = key.encode()
     h.update(len(raw).to_bytes(4, "big"))
     h.update(raw)
@@ -62,7 +65,7 @@ def content_hash(key: str, value: bytes | None) -> bytes:
 
 def fold(prev: bytes, content: bytes) -> bytes:
     """A passenger's link: the link before it and its own content hash."""
-    return hashlib.blake2b(prev + content, digest_size=32, person=_FOLD).digest()
+    return hashlib.sha256(_FOLD + prev + content).digest()
 
 
 def carries(value: bytes | None) -> bool:

@@ -18,7 +18,7 @@ head is forgotten and read back at the next append.
 server's identity key, and appends it to ``audit`` in a stream of this server
 incarnation's own. A checkpoint that cannot be written is noted back and tried again.
 
-Hot path: a chained batch costs one BLAKE2b of each record's bytes and a splice of about
+Hot path: a chained batch costs one SHA-256 of each record's bytes and a splice of about
 150 bytes in front of its value; no record is decoded or encoded again.
 
 Killed at any line: the chains are in the records themselves and the heads are read back;
