@@ -181,7 +181,8 @@ class TailRecord:
 def head_from_tail(by: str, tail: Sequence[TailRecord]) -> Head | None:
     """The head of stream ``by`` from the last records of its topic (oldest first): its
     last carrier, then the passengers after it up to the next carrier of another stream
-    (a writer of this stream wrote them: see ``verifier`` for how they are told apart).
+    (a writer of this stream wrote them: see ``verifier`` for how they are told apart);
+    objects with no ``_chain`` (written outside any chain) are in no stream.
     None: no carrier of the stream in ``tail`` (the caller reads further back)."""
     for i in range(len(tail) - 1, -1, -1):
         link = read_link(tail[i].value)
@@ -189,8 +190,10 @@ def head_from_tail(by: str, tail: Sequence[TailRecord]) -> Head | None:
             continue
         seq, head = link.seq, content_hash(tail[i].key, tail[i].value)
         for rec in tail[i + 1 :]:
-            if carries(rec.value):
+            if read_link(rec.value) is not None:
                 break
+            if carries(rec.value):
+                continue  # written outside any chain: in none (``verifier`` skips it too)
             seq += 1
             head = fold(head, content_hash(rec.key, rec.value))
         return Head(seq, head)

@@ -72,6 +72,9 @@ class TopicRecords:
     name: str
     compacted: bool
     records: Iterable[Record]
+    outside_writers: bool = False
+    """Records written outside the servers are expected here (the key registry's local
+    admin mode): counted as ``outside``, not ``unchained``."""
 
 
 @dataclass(slots=True)
@@ -79,6 +82,7 @@ class TopicSummary:
     records: int = 0
     chained: int = 0
     legacy: int = 0
+    outside: int = 0
     compacted_gaps: int = 0
     sealed: int = 0
     unsealed: int = 0
@@ -160,6 +164,8 @@ class _Walk:
             if link is None:
                 if rec.value is None or not rec.value.startswith(b"{"):
                     pending.append(rec)
+                elif seen_carrier and self.topic.outside_writers:
+                    self.summary.outside += 1
                 elif seen_carrier:
                     self.problem(rec.offset, UNCHAINED, "an object with no _chain field")
                 else:

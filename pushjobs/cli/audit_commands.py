@@ -95,7 +95,13 @@ def _check(handle: OrderedLog, prefix: str, verifier: Ed25519Verifier) -> Report
     infos = [i for i in handle.topics() if i.name.startswith(prefix)]
     skip = {names.control, names.audit}
     audited = [
-        TopicRecords(i.name, i.policy.compacted, list(_records(handle, i.name)))
+        # ``pushjobs key`` writes the registry directly while no server runs: unchained.
+        TopicRecords(
+            i.name,
+            i.policy.compacted,
+            list(_records(handle, i.name)),
+            outside_writers=i.name == names.keys,
+        )
         for i in sorted(infos, key=lambda i: i.name)
         if i.name not in skip
     ]
@@ -116,6 +122,7 @@ def _report_json(report: Report) -> dict[str, Any]:
                 "sealed": s.sealed,
                 "unsealed": s.unsealed,
                 "legacy": s.legacy,
+                "outside": s.outside,
                 "compacted_gaps": s.compacted_gaps,
                 "streams": s.streams,
             }
@@ -136,6 +143,7 @@ def _render(report: Report) -> None:
             f"{n} {what}"
             for n, what in (
                 (s.legacy, "from before the trail"),
+                (s.outside, "written outside the servers"),
                 (s.compacted_gaps, "compaction gaps"),
                 (s.unsealed, "not yet sealed"),
             )

@@ -67,3 +67,11 @@ def test_only_the_field_in_front_counts():
     inner = splice(b'{"n":1}', Link("old", 7, GENESIS))
     outer = splice(inner, Link("new", 1, GENESIS))
     assert read_link(outer) == Link("new", 1, GENESIS)
+
+
+def test_an_object_written_outside_any_chain_is_in_no_stream():
+    first = link_batch("leader", EMPTY, [("a", b'{"n":1}')])
+    outside = TailRecord("k", b'{"by":"admin"}')
+    tomb = link_batch("leader", first.head, [("a", None)])
+    tail = [TailRecord(k, v) for k, v in first.batch] + [outside] + [TailRecord("a", None)]
+    assert head_from_tail("leader", tail) == tomb.head

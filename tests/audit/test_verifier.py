@@ -4,7 +4,15 @@ one is named at its spot (topic, offset, what)."""
 import orjson
 import pytest
 
-from pushjobs.audit.verifier import ALTERED, BAD_SIGNATURE, MISSING, REORDERED, UNCHAINED
+from pushjobs.audit.verifier import (
+    ALTERED,
+    BAD_SIGNATURE,
+    MISSING,
+    REORDERED,
+    UNCHAINED,
+    TopicRecords,
+    verify,
+)
 from pushjobs.log.base import Record
 from tests.audit.trail import AUDIT, Trail, keypair
 
@@ -159,3 +167,18 @@ def test_two_streams_in_one_topic_are_checked_apart(by):
     )
     t.change_byte("schedules", offset, b'"n":1', b'"n":5')
     assert first(t) == ("schedules", offset, ALTERED)
+
+
+def test_a_topic_with_writers_outside_the_servers_counts_their_records():
+    t = trail()
+    t.topics["commands"].append(Record("commands", 99, "job:9", b'{"by":"admin"}', 0))
+    t.event("commands", 7, key="job:7")  # the chain goes on past it
+    t.checkpoint()
+    topics = [
+        TopicRecords(name, name in t.compacted, recs, outside_writers=name == "commands")
+        for name, recs in t.topics.items()
+        if name != AUDIT
+    ]
+    report = verify(topics, TopicRecords(AUDIT, False, t.topics[AUDIT]), VERIFIER)
+    assert report.ok, report.problems
+    assert report.topics["commands"].outside == 1
