@@ -60,7 +60,7 @@ def _records(handle: OrderedLog, topic: str) -> Iterator[Record]:
         offset = batch[-1].offset + 1
 
 
-def _server_key(path: Path | None) -> Ed25519Verifier:
+def server_key(path: Path | None) -> Ed25519Verifier:
     if path is None:
         try:
             path = userconfig.load(None).server_key
@@ -90,7 +90,7 @@ def _server_key(path: Path | None) -> Ed25519Verifier:
     return ed25519_verifier(public.ed25519_public)
 
 
-def _check(handle: OrderedLog, prefix: str, verifier: Ed25519Verifier) -> Report:
+def check_log(handle: OrderedLog, prefix: str, verifier: Ed25519Verifier) -> Report:
     names = std.names(prefix)
     infos = [i for i in handle.topics() if i.name.startswith(prefix)]
     skip = {names.control, names.audit}
@@ -187,9 +187,9 @@ def verify_command(
       pushjobs audit verify --key /etc/pushjobs/keys/server.pub
       pushjobs audit verify --log /backup/log-copy.db --key server.pub --json
     """
-    verifier = _server_key(key)
+    verifier = server_key(key)
     with opened(log, backend, bootstrap) as handle:
-        report = _check(handle, prefix, verifier)
+        report = check_log(handle, prefix, verifier)
     if as_json:
         print_json(_report_json(report))
     else:
