@@ -8,8 +8,11 @@ CLI (``pushjobs audit verify``) reads the log and renders the report.
 
 Each topic is walked once. A record whose value has a ``_chain`` field (``chain.py``) is a
 carrier of its stream; the tombstones and non-object values in between are passengers,
-which the next carrier of a stream folds in. A carrier must follow the last record of its
-stream: the next ``seq``, and ``prev`` equal to that record's link. Otherwise:
+which the next carrier of a stream folds in: those among the passengers since its last
+record whose fold its ``prev`` matches (the seq says how many; two streams may
+interleave their tombstones, as a schedule's deletion and its owner's reply do). A
+carrier must follow the last record of its stream: the next ``seq``, and ``prev`` equal to
+that record's link. Otherwise:
 
 - ``reordered``: its seq is not after the stream's last one, or the seqs skipped before
   it come later in the topic (records moved, or two swapped);
@@ -40,8 +43,10 @@ Memory: a few small tuples per record of the audited topics, a few hundred bytes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations, islice
 from typing import Final
 
 from pushjobs.audit import checkpoint
@@ -143,7 +148,10 @@ class _Walk:
         self.problems = problems
         self.summary = TopicSummary()
         self.streams: dict[str, _Stream] = {}
-        self.trailing: list[Record] = []  # passengers no carrier followed
+        # Every passenger, in offset order: each stream picks its own among those after
+        # its last record (two streams may interleave their tombstones).
+        self.passengers: list[Record] = []
+        self.passenger_offsets: list[int] = []
         # Where each (stream, seq) appears: a skipped seq found later is a move, not a loss.
         self.later: dict[tuple[str, int], int] = {}
 
@@ -157,13 +165,13 @@ class _Walk:
             link = read_link(rec.value)
             if link is not None:
                 self.later.setdefault((link.by, link.seq), rec.offset)
-        pending: list[Record] = []
         seen_carrier = False
         for rec in records:
             link = read_link(rec.value)
             if link is None:
                 if rec.value is None or not rec.value.startswith(b"{"):
-                    pending.append(rec)
+                    self.passengers.append(rec)
+                    self.passenger_offsets.append(rec.offset)
                 elif seen_carrier and self.topic.outside_writers:
                     self.summary.outside += 1
                 elif seen_carrier:
@@ -176,12 +184,9 @@ class _Walk:
             stream = self.streams.setdefault(link.by, _Stream())
             content = content_hash(rec.key, rec.value)
             item = _Item(rec.offset, rec.key, link.seq, content, content)
-            passengers = self._follow(stream, rec, link, pending)
-            for p in passengers:
+            for p in self._follow(stream, rec, link):
                 stream.add(p)
             stream.add(item)
-            pending = []
-        self.trailing = pending
         for stream in self.streams.values():
             if stream.suspect is not None:
                 before, this = stream.suspect
@@ -193,21 +198,36 @@ class _Walk:
                 )
         self.summary.streams = len(self.streams)
 
-    def _follow(
-        self, stream: _Stream, rec: Record, link: Link, pending: Sequence[Record]
-    ) -> list[_Item]:
-        """Check a carrier against its stream's last record; the passengers it folds in."""
-        by, seq, prev, later = link.by, link.seq, link.prev, self.later
+    def _candidates(self, stream: _Stream) -> list[Record]:
+        """The passengers after the stream's last record: some of them may be its own."""
+        after = stream.items[-1].offset if stream.items else -1
+        return self.passengers[bisect_right(self.passenger_offsets, after) :]
+
+    def _fold_to(
+        self, stream: _Stream, seq: int, link: bytes, candidates: Sequence[Record]
+    ) -> list[_Item] | None:
+        """The passengers among ``candidates`` that, folded after the stream's last record,
+        reach (``seq``, ``link``) with the record that follows them; None if none do."""
         last = stream.items[-1] if stream.items else None
         base_seq, base_link = (last.seq, last.link) if last is not None else (-1, GENESIS)
-        items = _folded(base_seq, base_link, pending)
-        folded = items[-1].link if items else base_link
-        if seq == base_seq + 1 + len(pending) and prev == folded:
+        wanted = seq - base_seq - 1
+        if not 0 <= wanted <= len(candidates):
+            return None
+        for chosen in _choices(candidates, wanted):
+            items = _folded(base_seq, base_link, chosen)
+            if (items[-1].link if items else base_link) == link:
+                return items
+        return None
+
+    def _follow(self, stream: _Stream, rec: Record, link: Link) -> list[_Item]:
+        """Check a carrier against its stream's last record; the passengers it folds in."""
+        by, seq, later = link.by, link.seq, self.later
+        last = stream.items[-1] if stream.items else None
+        candidates = self._candidates(stream)
+        items = self._fold_to(stream, seq, link.prev, candidates)
+        if items is not None:
             self._judge(stream, ok=True)
             return items
-        if seq == base_seq + 1 and prev == base_link:
-            self._judge(stream, ok=True)
-            return []
         if last is None:
             return []  # the first record of the stream left: what came before is gone
         self._judge(stream, ok=False)
@@ -219,7 +239,7 @@ class _Walk:
             )
             return []
         skipped = [s for s in range(last.seq + 1, seq) if (by, s) in later]
-        if len(pending) < seq - last.seq - 1:
+        if len(candidates) < seq - last.seq - 1:
             if skipped:
                 self.problem(
                     rec.offset,
@@ -241,19 +261,29 @@ class _Walk:
         return []
 
     def claim_trailing(self, stream: _Stream, head: Head) -> bool:
-        """A sealed head past the stream's last carrier: the passengers at the end of the
-        topic (a tombstone written last), if folding them in reaches it."""
-        if not stream.items or not self.trailing:
+        """A sealed head past the stream's last carrier: passengers after it (a tombstone
+        written last), if folding some of them in reaches it."""
+        if not stream.items or head.seq <= stream.items[-1].seq:
             return False
+        items = self._fold_passengers_to(stream, head)
+        if items is None:
+            return False
+        for item in items:
+            stream.add(item)
+        return True
+
+    def _fold_passengers_to(self, stream: _Stream, head: Head) -> list[_Item] | None:
+        # A head is the last passenger's own link: as if a record with it followed.
         last = stream.items[-1]
-        items = _folded(last.seq, last.link, self.trailing)
-        for i, item in enumerate(items):
-            if item.seq == head.seq and item.link == head.link:
-                for claimed in items[: i + 1]:
-                    stream.add(claimed)
-                self.trailing = self.trailing[i + 1 :]
-                return True
-        return False
+        wanted = head.seq - last.seq
+        candidates = self._candidates(stream)
+        if not 0 < wanted <= len(candidates):
+            return None
+        for chosen in _choices(candidates, wanted):
+            items = _folded(last.seq, last.link, chosen)
+            if items[-1].link == head.link:
+                return items
+        return None
 
     def _judge(self, stream: _Stream, *, ok: bool) -> None:
         """The carrier after a broken link: linked to the suspect, the one before changed."""
@@ -274,6 +304,20 @@ class _Walk:
                 ALTERED,
                 f"its link does not match the record before it (offset {before.offset})",
             )
+
+
+MAX_CHOICES: Final = 4096  # subsets of passengers tried for one link, latest ones first
+
+
+def _choices(candidates: Sequence[Record], size: int) -> Iterator[Sequence[Record]]:
+    """Subsets of ``candidates`` of ``size``, in offset order, the latest ones first: a
+    stream's own passengers are nearly always the ones just before its next record."""
+    if size == 0:
+        yield ()
+        return
+    newest_first = list(reversed(candidates))
+    for combo in islice(combinations(newest_first, size), MAX_CHOICES):
+        yield combo[::-1]
 
 
 def _folded(seq: int, link: bytes, passengers: Sequence[Record]) -> list[_Item]:

@@ -21,6 +21,14 @@ incarnation's own. A checkpoint that cannot be written is noted back and tried a
 Hot path: a chained batch costs one SHA-256 of each record's bytes and a splice of about
 150 bytes in front of its value; no record is decoded or encoded again.
 
+A stream's head read back takes in the passengers (tombstones) after its last record up to
+the next record of any stream, its own and, if another stream's lie there, those too: the
+check accepts any of them. One case it cannot tell: a writer that sealed a tombstone of
+its own as its head and died before writing more, behind another stream's tombstone; its
+successor's chain then names the other tombstone at that seq, and the check reports the
+sealed head as altered. Writing any record after a tombstone (the next turn usually
+does) closes the window.
+
 Killed at any line: the chains are in the records themselves and the heads are read back;
 what the ledger held since the last checkpoint is lost, and those records are sealed by
 the next writer's first checkpoint, by head (``pushjobs.audit.checkpoint``).

@@ -182,3 +182,18 @@ def test_a_topic_with_writers_outside_the_servers_counts_their_records():
     report = verify(topics, TopicRecords(AUDIT, False, t.topics[AUDIT]), VERIFIER)
     assert report.ok, report.problems
     assert report.topics["commands"].outside == 1
+
+
+def test_two_streams_interleaving_their_tombstones_each_fold_their_own():
+    t = Trail(SIGNER, compacted={"schedules"})
+    t.event("schedules", 0, key="schedule:a", by="leader")
+    t.event("schedules", 0, key="fire:a", by="owner")
+    t.append("schedules", [("schedule:a", None)], by="leader")  # deleted...
+    t.append("schedules", [("fire:a", None)], by="owner")  # ...and its owner follows
+    t.checkpoint()  # both heads are tombstones
+    t.event("schedules", 1, key="fire:b", by="owner")
+    t.event("schedules", 1, key="schedule:b", by="leader")
+    t.checkpoint()
+    report = t.check(VERIFIER)
+    assert report.ok, report.problems
+    assert report.topics["schedules"].sealed == 6
