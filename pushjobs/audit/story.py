@@ -6,9 +6,11 @@ each change of the job, ``node_states`` each node's changes with exit status and
 ``output`` a node's captured output) and ``commands`` (compacted: the start request while
 it is the job's latest, and every later request, such as an abort, with its caller). The
 events carry the history; the commands add who asked for what the events only show the
-effect of (an abort). A decision on approval (``job approve``/``reject``) is any record
-of the job with an ``approved_by`` or ``rejected_by`` field, or a command of type
-``approve``/``reject``: shown as it is found, in log order.
+effect of (an abort). A job held for approval says so in the ``job_state`` records of its
+moves into and out of ``awaiting_approval``: their ``approval`` holds the hold (``rule``)
+and the decision (``decision`` approved, rejected or expired, ``decided_by``,
+``decided_ms``, ``reason``), the durable account of who decided what (the decision's own
+record on ``commands``, ``job:<id>/approval``, is compacted away with the job).
 
 Nothing here checks the records: ``pushjobs audit verify`` says whether the log can be
 trusted; ``story`` says what it holds.
@@ -126,9 +128,9 @@ def tell(job_id: str, commands: Iterable[Record], events: Iterable[Record]) -> S
 
 def _event(story: Story, doc: dict[str, Any], rec: Record) -> None:
     kind, ts = doc.get("kind"), _ts(doc, rec)
-    for field_, verb in (("approved_by", "approved"), ("rejected_by", "rejected")):
-        if isinstance(doc.get(field_), str):
-            story.steps.append(Step(ts, verb, doc[field_], str(doc.get("reason") or "")))
+    approval = doc.get("approval") if kind == "job_state" else None
+    if isinstance(approval, dict):
+        _approval(story, approval, doc, ts)
     if kind == "job_created":
         story.command = doc.get("command") or story.command
         story.requested_by = doc.get("requested_by") or story.requested_by
@@ -154,3 +156,21 @@ def _event(story: Story, doc: dict[str, Any], rec: Record) -> None:
                 story.nodes.setdefault(str(node), []).append(
                     NodeStep(at if type(at) is int else ts, state, prev, status, reason)
                 )
+
+
+def _approval(story: Story, approval: dict[str, Any], doc: dict[str, Any], ts: int) -> None:
+    decision = approval.get("decision")
+    if isinstance(decision, str):
+        at = approval.get("decided_ms")
+        by = approval.get("decided_by")
+        story.steps.append(
+            Step(
+                at if type(at) is int else ts,
+                decision,
+                by if isinstance(by, str) else None,
+                str(approval.get("reason") or ""),
+            )
+        )
+    elif doc.get("state") == "awaiting_approval":
+        rule = approval.get("rule")
+        story.steps.append(Step(ts, "held for approval", None, f"rule {rule}" if rule else ""))

@@ -30,11 +30,30 @@ EVENTS = [
         2,
         "job:j1",
         {
+            "ts": 11,
+            "kind": "job_state",
+            "prev_state": "new",
+            "state": "awaiting_approval",
+            "approval": {"rule": "big-jobs", "expires_ms": 99},
+        },
+    ),
+    # As the approvals write it: the decision in the job_state record of the move out.
+    rec(
+        "e",
+        2,
+        "job:j1",
+        {
             "ts": 12,
             "kind": "job_state",
             "prev_state": "awaiting_approval",
             "state": "voting",
-            "approved_by": "bob",
+            "approval": {
+                "rule": "big-jobs",
+                "decision": "approved",
+                "decided_by": "bob",
+                "decided_ms": 12,
+                "reason": None,
+            },
         },
     ),
     rec(
@@ -82,6 +101,8 @@ def test_who_asked_who_approved_and_what_each_node_did():
     assert (story.command, story.requested_by, story.requested_ts) == ("uptime", "alice", 10)
     assert [(s.what, s.by) for s in story.steps] == [
         ("created", "alice"),
+        ("held for approval", None),
+        ("new -> awaiting_approval", None),
         ("approved", "bob"),
         ("awaiting_approval -> voting", None),
         ("running -> complete", None),
