@@ -24,6 +24,7 @@ adapter that met them, chained with ``from``, and nowhere else.
     ├── StateError                  an illegal state machine transition (nothing changed)
     ├── TargetError                 a node selector that is malformed or matches nothing
     ├── ScheduleError               a schedule definition or trigger that cannot be used
+    ├── AuditError                  an audit record (checkpoint) that cannot be read
     ├── LogError                    ordered-log failures
     │   ├── LogCorrupt              corrupt, truncated or foreign log file
     │   ├── UnknownTopic
@@ -137,6 +138,10 @@ class TargetError(PushJobsError):
 
 class ScheduleError(PushJobsError):
     """A schedule definition or trigger that cannot be used."""
+
+
+class AuditError(PushJobsError):
+    """A record of the audit trail (a checkpoint) that cannot be read as one."""
 
 
 class LogError(PushJobsError):

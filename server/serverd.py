@@ -44,7 +44,7 @@ from pushjobs.errors import ConfigError
 from pushjobs.log.factory import open_log
 from pushjobs.log.retry import Outage
 from pushjobs.log.timed import TimedLog
-from pushjobs.log.topics import create_standard_topics
+from pushjobs.log.topics import create_standard_topics, names
 from pushjobs.protocol.framing import Limits
 from pushjobs.protocol.inbox import Inbox
 from pushjobs.protocol.liveness import LivenessTracker
@@ -69,6 +69,7 @@ from server.front.handlers import ApiHandlers
 from server.front.responder import Responder
 from server.front.sessions import SessionKeys
 from server.front.watches import Watches
+from server.shell.audittrail import ChainedLog, Checkpoints, audited
 from server.shell.channels import Channels, advertised, raise_open_files
 from server.shell.commands import CommandSender
 from server.shell.compactor import Compaction
@@ -120,9 +121,12 @@ class Server:
         self.outbox = Outbox(self.name, self.incarnation, signer, limits)
         api_outbox = Outbox(self.name, self.incarnation, signer, api_limits)
 
-        self.log = TimedLog(open_log(config.log, clock=self.clock), clock=self.clock)
+        self.topics = names(config.log.topic_prefix)
+        # Appends timed as the server sees them: chaining included (``audittrail.py``).
+        chained = ChainedLog(open_log(config.log, clock=self.clock), audited(self.topics))
+        self.log = TimedLog(chained, clock=self.clock)
         self.outage = Outage()
-        self.topics = create_standard_topics(self.log, config.log.topic_prefix)
+        create_standard_topics(self.log, config.log.topic_prefix)
         self.leadership = Leadership.join(
             self.log,
             self.topics,
@@ -296,6 +300,16 @@ class Server:
         self.next_beat = now
         self.next_registry = now + section.registry_check_s
         self.compaction = Compaction(self.log, section.compact_every_s, self.clock)
+        self.checkpoints = Checkpoints(
+            self.log,
+            self.topics.audit,
+            chained.ledger,
+            signer,
+            server=self.name,
+            incarnation=self.incarnation,
+            every_s=section.audit_checkpoint_s,
+            clock=self.clock,
+        )
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -392,6 +406,7 @@ class Server:
         now = self.clock.monotonic()
         due = [self.next_beat, self.leadership.next_renewal, self.next_registry, now + MAX_WAIT_S]
         due += [self.next_metrics, self.compaction.next_due or due[0]]
+        due.append(self.checkpoints.next_due or due[0])
         flush = self.enrolment.admission.next_flush()
         if flush is not None:
             due.append(flush)
@@ -453,6 +468,7 @@ class Server:
         self.scheduler.tick(now_ms)
         self.membership.beat_if_moved()
         self.compaction.tick(now)
+        self.checkpoints.tick(now)
         if now >= self.next_metrics:
             self.metrics.publish(self.backend.info())
             self.next_metrics = now + PUBLISH_EVERY_S
@@ -541,6 +557,8 @@ class Server:
                 self.membership.leave()
             self.scheduler.close()  # its partitions' leases handed over at once
             self.leadership.close()
+            if self.checkpoints.every_s > 0:
+                self.checkpoints.write()  # what this server chained, signed before it goes
         finally:
             self.handshakes.close()  # its monitor socket first: the context waits for it
             self.transport.close()

@@ -13,6 +13,7 @@ import typer
 import typer.core
 
 from pushjobs import __version__
+from pushjobs.cli import audit_commands as audit
 from pushjobs.cli import job_commands as job
 from pushjobs.cli import key_commands as key
 from pushjobs.cli import log_commands as log
@@ -38,6 +39,7 @@ app = typer.Typer(
 )
 app.add_typer(key.app, name="key")
 app.add_typer(log.app, name="log")
+app.add_typer(audit.app, name="audit")
 app.add_typer(job.app, name="job")
 app.add_typer(node.app, name="node")
 app.add_typer(schedule.app, name="schedule")

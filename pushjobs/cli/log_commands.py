@@ -66,7 +66,7 @@ def _settings(log: Path | None, backend: str | None, bootstrap: str) -> LogSetti
 
 
 @contextlib.contextmanager
-def _opened(log: Path | None, backend: str | None, bootstrap: str) -> Iterator[OrderedLog]:
+def opened(log: Path | None, backend: str | None, bootstrap: str) -> Iterator[OrderedLog]:
     handle = open_log(_settings(log, backend, bootstrap))
     try:
         yield handle
@@ -144,7 +144,7 @@ def list_topics(
 
     Example: pushjobs log topics --log /var/lib/pushjobs/log.db
     """
-    with _opened(log, backend, bootstrap) as handle:
+    with opened(log, backend, bootstrap) as handle:
         rows = [_topic_row(info) for info in handle.topics()]
     if as_json:
         print_json(rows)
@@ -192,7 +192,7 @@ def tail(
       pushjobs log tail pushjobs.assignments --from 0 --limit 100
       pushjobs log tail events --follow --json | jq .value
     """
-    with _opened(log, backend, bootstrap) as handle:
+    with opened(log, backend, bootstrap) as handle:
         name = _resolve(handle, topic)
         start = from_offset
         if start is None:
@@ -255,7 +255,7 @@ def compact(
       pushjobs log compact
       pushjobs log compact assignments commands --json
     """
-    with _opened(log, backend, bootstrap) as handle:
+    with opened(log, backend, bootstrap) as handle:
         names = [_resolve(handle, t) for t in topics] if topics else None
         stats = handle.compact(names)
     rows = [
@@ -296,7 +296,7 @@ def stats(
       pushjobs log stats
       pushjobs log stats --backend kafka --bootstrap kafka1:9092 --group leaders
     """
-    with _opened(log, backend, bootstrap) as handle:
+    with opened(log, backend, bootstrap) as handle:
         infos = handle.topics()
         group_rows = _group_rows(handle, infos, groups or [])
     topic_rows = [_topic_row(info) for info in infos]

@@ -14,22 +14,11 @@ Killed at any line: nothing here is durable; a restarted server counts from zero
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pushjobs.clock import Clock, SystemClock
-from pushjobs.log.base import (
-    AppendByBatch,
-    Batch,
-    CompactionStats,
-    Fence,
-    GroupMember,
-    GroupShare,
-    OrderedLog,
-    Record,
-    TopicInfo,
-    TopicPolicy,
-)
+from pushjobs.log.base import Batch, Fence, OrderedLog
+from pushjobs.log.passthrough import PassThroughLog
 
 BOUNDS_S: tuple[float, ...] = tuple(
     round(m * 10.0**e, 9) for e in range(-5, 2) for m in (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
@@ -87,17 +76,14 @@ class Latency:
         }
 
 
-class TimedLog(AppendByBatch):
+class TimedLog(PassThroughLog):
     """``log`` with its appends timed in ``latency``; everything else passed through."""
 
     def __init__(self, log: OrderedLog, *, clock: Clock | None = None) -> None:
-        self.inner = log
+        super().__init__(log)
         self.clock: Clock = clock or SystemClock()
         self.latency = Latency()
         self.failures = 0
-
-    def __repr__(self) -> str:
-        return f"TimedLog({self.inner!r})"
 
     def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
         started = self.clock.monotonic()
@@ -109,40 +95,3 @@ class TimedLog(AppendByBatch):
         if records:
             self.latency.observe(self.clock.monotonic() - started)
         return offsets
-
-    def create_topic(self, topic: str, policy: TopicPolicy) -> None:
-        self.inner.create_topic(topic, policy)
-
-    def topics(self) -> list[TopicInfo]:
-        return self.inner.topics()
-
-    def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
-        return self.inner.read(topic, from_offset, limit)
-
-    def latest(self, topic: str) -> dict[str, Record]:
-        return self.inner.latest(topic)
-
-    def end_offset(self, topic: str) -> int:
-        return self.inner.end_offset(topic)
-
-    def committed(self, group: str, topic: str) -> int | None:
-        return self.inner.committed(group, topic)
-
-    def commit(self, group: str, topic: str, offset: int) -> None:
-        self.inner.commit(group, topic, offset)
-
-    def member(
-        self, group: str, topic: str, member_id: str, *, session_timeout_s: float
-    ) -> GroupMember:
-        return self.inner.member(group, topic, member_id, session_timeout_s=session_timeout_s)
-
-    def group(
-        self, group: str, topics: Sequence[str], member_id: str, *, session_timeout_s: float
-    ) -> GroupShare:
-        return self.inner.group(group, topics, member_id, session_timeout_s=session_timeout_s)
-
-    def compact(self, topics: Iterable[str] | None = None) -> list[CompactionStats]:
-        return self.inner.compact(topics)
-
-    def close(self) -> None:
-        self.inner.close()

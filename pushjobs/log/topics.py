@@ -60,7 +60,15 @@ KEYS = StandardTopic(
     "every key registry entry of the name (state, role, public keys); tombstone on delete",
     TopicPolicy(compacted=True),
 )
-STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS, SCHEDULES, KEYS)
+# The audit trail's signed checkpoints (``pushjobs.audit``): small, one a server a minute
+# at most, and the evidence for every other topic's records, so never cleaned up.
+AUDIT = StandardTopic(
+    "audit",
+    "checkpoint:<server>",
+    "signed checkpoints of the audit trail: each writer's chain heads and listed records",
+    TopicPolicy(compacted=False),
+)
+STANDARD = (COMMANDS, ASSIGNMENTS, CONTROL, EVENTS, SCHEDULES, KEYS, AUDIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,7 @@ class TopicNames:
     events: str
     schedules: str
     keys: str
+    audit: str
 
     def all(self) -> tuple[str, ...]:
         return (
@@ -82,6 +91,7 @@ class TopicNames:
             self.events,
             self.schedules,
             self.keys,
+            self.audit,
         )
 
 

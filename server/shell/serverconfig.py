@@ -91,6 +91,8 @@ class ServerSection:
     """How often the registry is checked for revoked keys."""
     compact_every_s: float = 3600.0
     """Apply compaction and retention to the log this often (0: never; see ``log compact``)."""
+    audit_checkpoint_s: float = 60.0
+    """Sign a checkpoint of the audit trail this often (0: never; see ``audit verify``)."""
     max_open_files: int = 1_048_576
     """Raise the soft open-file limit towards this (capped by the hard limit)."""
     metrics_bind: str = "127.0.0.1:9464"
@@ -133,6 +135,8 @@ class ServerSection:
             yield "leader_session_s", "must be greater than 0"
         if self.compact_every_s < 0:
             yield "compact_every_s", "must not be negative (0 turns it off)"
+        if self.audit_checkpoint_s < 0:
+            yield "audit_checkpoint_s", "must not be negative (0 turns checkpoints off)"
         if self.key_store not in KEY_STORES:
             yield "key_store", f"must be one of {', '.join(KEY_STORES)}"
         if self.registry_check_s <= 0:

@@ -24,8 +24,11 @@ from typer.testing import CliRunner
 
 from pushjobs.api.client import ApiClient
 from pushjobs.cli.app import app
+from pushjobs.cli.audit_commands import check_log, server_key
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.errors import ApiError
+from pushjobs.log.factory import LogSettings, open_log
+from pushjobs.testbed.childproc import stop_all
 from pushjobs.testbed.sandbox import Sandbox
 from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import WHITELIST, Fleet
@@ -189,6 +192,17 @@ def test_leader_killed_mid_job_the_standby_finishes_it_and_the_fleet_follows(pai
     pair.wait_online()
     again = pair.start("true")
     assert pair.wait_job(again["job_id"])["summary"] == {"succeeded": 3}
+    # The audit trail ran across the takeover: the new leader went on with the chains its
+    # predecessor left, and sealed them all as it stopped (its last checkpoint).
+    stop_all([pair.sandbox.procs[SECOND]], 10.0)
+    handle = open_log(LogSettings(path=pair.sandbox.root / "log.db", create=False))
+    try:
+        report = check_log(handle, "pushjobs.", server_key(pair.sandbox.keys_dir / "server.pub"))
+    finally:
+        handle.close()
+    assert report.ok, report.problems
+    events = report.topics["pushjobs.events"]
+    assert events.streams == 1 and events.unsealed == 0 and events.chained > 0, events
 
 
 def test_old_leader_restarted_stays_standby_and_the_fleet_stays_put(leader_first: Pair) -> None:

@@ -23,6 +23,7 @@ def test_standard_names_carry_the_prefix():
         "pushjobs.events",
         "pushjobs.schedules",
         "pushjobs.keys",
+        "pushjobs.audit",
     )
     assert topics.names("test-7.").events == "test-7.events"
 
@@ -36,6 +37,7 @@ def test_standard_policies_follow_the_design():
         "p.events": TopicPolicy(compacted=False, retention_ms=2000),
         "p.schedules": TopicPolicy(compacted=True),
         "p.keys": TopicPolicy(compacted=True),
+        "p.audit": TopicPolicy(compacted=False),
     }
 
 
