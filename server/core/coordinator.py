@@ -18,6 +18,10 @@ can persist the changes before it sends the commands that follow from them.
   repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
   nothing: its turn has not come (``batch.py``). A target a job waited to hear from is
   heard now, and gets its commit the same way;
+- ``admit``: a node that comes online while a job waits for it ``offline`` (``job start
+  --offline-wait``, ``offlinewait.py``) is asked to commit: a change of its state, so
+  (unlike ``node_online``'s repeats) it is returned as changes, to persist before the
+  commit leaves. An ``offline`` node holds nothing: a busy-wait job does not wait for it;
 - a node's heartbeat says what it is doing: ``busy_with`` (the job the agent holds or
   runs) and ``busy_state`` (``committed`` or ``running``). ``heard`` lets a batch slot go
   that a node lost in flight no longer holds; ``unreported`` judges the commands the node
@@ -98,6 +102,9 @@ class NodeAmended:
 Change = Effect | JobCreated | OutputReceived | NodeAmended
 
 
+# Node states in which a job does not hold its node: it ended, or was never asked.
+_NOT_HOLDING = TERMINAL_NODE_STATES | {NodeState.OFFLINE}
+
 STALE_BUSY_TRIES = 2
 """How many ``busy`` nacks naming a job over for the node are not counted as its vote: each
 is answered by an ``abort`` of that job; the commit follows at the node's next heartbeat."""
@@ -157,6 +164,7 @@ class Coordinator:
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
         busy_wait_ms: int = 0,
+        offline_wait_ms: int = 0,
         hold: Hold | None = None,
     ) -> list[Change]:
         """Create a job and start it; with ``hold`` it waits for approval instead."""
@@ -173,6 +181,7 @@ class Coordinator:
             options=dict(options),
             requested_by=requested_by,
             busy_wait_ms=busy_wait_ms,
+            offline_wait_ms=offline_wait_ms,
         )
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
@@ -338,8 +347,21 @@ class Coordinator:
                 continue  # asked once its wait ends (``_release``)
             if job.state.value == "voting" and state is NodeState.NEW:
                 out.append(Send("commit", job_id, node))
+            elif job.state.value == "running" and state is NodeState.NEW:
+                out.append(Send("commit", job_id, node))  # a late voter's (``admit``)
             elif job.state.value == "running" and state is NodeState.READY:
                 out.append(Send("run", job_id, node))
+        return out
+
+    def admit(self, node: str, now_ms: int) -> list[Change]:
+        """``node`` came online: each job that waited for it ``offline`` asks it to
+        commit (``Job.admit``); the moves come before the commits, to persist first."""
+        out: list[Change] = []
+        for job_id in list(self._active_by_node.get(node, ())):
+            job = self.jobs[job_id]
+            changes: list[Change] = list(job.admit(node, now_ms))
+            self._after(job, changes)
+            out += changes
         return out
 
     def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
@@ -391,7 +413,7 @@ class Coordinator:
         """A job that holds ``node`` (it votes or runs there); a gated job holds nothing."""
         for job_id in self._active_by_node.get(node, ()):
             job = self.jobs[job_id]
-            if not job.gated and job.nodes[node].state not in TERMINAL_NODE_STATES:
+            if not job.gated and job.nodes[node].state not in _NOT_HOLDING:
                 return job_id
         return None
 
@@ -470,9 +492,8 @@ class Coordinator:
             state = job.nodes[node].state
             if job.gated:
                 continue  # no commit asked yet: nothing was lost
-            if job.state.value == "voting":
-                if state is NodeState.NEW:
-                    out.append(Send("commit", job_id, node))
+            if state is NodeState.NEW and job.state.value in ("voting", "running"):
+                out.append(Send("commit", job_id, node))  # running: a late voter's
             elif job.state.value == "running":
                 lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
                 lost_run = (
@@ -521,11 +542,12 @@ class Coordinator:
         return touched
 
     def holding(self, node: str) -> list[str]:
-        """The active jobs in which ``node`` has not finished (it may hold or run them)."""
+        """The active jobs in which ``node`` has not finished (it may hold or run them);
+        not those that wait for it ``offline``: it was never asked."""
         return [
             job_id
             for job_id in self._active_by_node.get(node, ())
-            if self.jobs[job_id].nodes[node].state not in TERMINAL_NODE_STATES
+            if self.jobs[job_id].nodes[node].state not in _NOT_HOLDING
         ]
 
     def targets_pending(self, node: str) -> bool:

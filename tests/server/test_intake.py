@@ -28,7 +28,7 @@ class RecordedJobs:
     def node_lost(self, node: str, now_ms: int, reason: str, *, restarted: bool = False) -> None:
         self.calls.append(("lost", node, reason))
 
-    def node_online(self, node: str) -> None:
+    def node_online(self, node: str, now_ms: int) -> None:
         self.calls.append(("online", node))
 
     def node_event(self, node: str, state: str, now_ms: int, reason: str | None = None) -> None:

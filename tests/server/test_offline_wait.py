@@ -1,0 +1,239 @@
+"""``job start --offline-wait``: targets offline at start wait for their return
+(``server/core/offlinewait.py``), in the job and in the coordinator, on a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pushjobs.errors import ApiError
+from pushjobs.protocol.messages import AckCommit, Succeeded
+from pushjobs.quorum import Quorum
+from pushjobs.states import JobState, NodeState
+from server.core.coordinator import Coordinator
+from server.core.effects import NodeChanged, Send
+from server.core.job import Job
+from server.core.jobparams import job_params, job_request
+from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING
+
+T0 = 1_700_000_000_000
+WAIT_MS = 60_000  # the offline wait
+VOTE_MS, RUN_MS = 1_000, 5_000
+
+
+def new_job(nodes=("a", "b", "c"), **kwargs) -> Job:
+    kwargs.setdefault("offline_wait_ms", WAIT_MS)
+    return Job.new(
+        "j1", "uptime", nodes, T0, vote_timeout_ms=VOTE_MS, run_timeout_ms=RUN_MS, **kwargs
+    )
+
+
+def sends(effects, kind=None):
+    return [(e.kind, e.node) for e in effects if isinstance(e, Send) and kind in (None, e.kind)]
+
+
+def states(job: Job) -> dict[str, str]:
+    return {name: r.state.value for name, r in job.nodes.items()}
+
+
+def running_with_c_offline() -> Job:
+    """a and b online at start and run; c waits ``offline``."""
+    job = new_job()
+    out = job.start(["a", "b"], T0)
+    assert sends(out) == [("commit", "a"), ("commit", "b")]  # c is not asked
+    job.ack_commit("a", T0 + 1)
+    job.ack_commit("b", T0 + 2)
+    assert job.state is JobState.RUNNING
+    return job
+
+
+def test_an_offline_target_waits_and_the_quorum_is_judged_over_the_online_ones() -> None:
+    job = running_with_c_offline()  # quorum 100%: a and b were enough
+    assert states(job)["c"] == "offline"
+    assert job.nodes["c"].reason == WAITING
+    assert job.offline_until_ms == T0 + WAIT_MS
+    assert job.snapshot(nodes=False)["summary"] == {"offline": 1, "ready": 2}
+
+
+def test_a_late_node_is_asked_durably_first_then_votes_alone_and_runs() -> None:
+    job = running_with_c_offline()
+    out = job.admit("c", T0 + 10_000)
+    # The move is before the commit: the daemon persists it before the commit leaves.
+    assert isinstance(out[0], NodeChanged) and out[0].state is NodeState.NEW
+    assert out[1:] == [Send("commit", "j1", "c")]
+    assert job.nodes["c"].reason == ""
+    assert sends(job.ack_commit("c", T0 + 10_001)) == [("run", "c")]
+    for name in "abc":
+        job.succeeded(name, T0 + 10_002)
+    assert job.state is JobState.COMPLETE  # before the deadline: nobody waits any more
+
+
+def test_the_job_does_not_end_before_the_deadline_and_then_the_rest_are_unavailable() -> None:
+    job = running_with_c_offline()
+    job.succeeded("a", T0 + 3)
+    job.succeeded("b", T0 + 4)
+    assert job.state is JobState.RUNNING  # c may still come
+    assert job.next_deadline_ms() == T0 + WAIT_MS
+    assert job.tick(T0 + WAIT_MS - 1) == []
+    job.tick(T0 + WAIT_MS)
+    assert job.state is JobState.COMPLETE
+    assert job.nodes["c"].state is NodeState.UNAVAILABLE
+    assert job.nodes["c"].reason == GAVE_UP
+    assert job.admit("c", T0 + WAIT_MS + 1) == []  # too late: never asked
+
+
+def test_a_node_back_after_the_deadline_is_not_asked() -> None:
+    job = running_with_c_offline()
+    assert job.admit("c", T0 + WAIT_MS) == []
+    assert job.nodes["c"].state is NodeState.OFFLINE  # the tick gives it up
+
+
+def test_a_restart_while_waiting_changes_nothing_and_one_after_the_commit_is_a_crash() -> None:
+    job = running_with_c_offline()
+    assert job.node_lost("c", T0 + 5, "node restarted", restarted=True) == []
+    assert job.nodes["c"].state is NodeState.OFFLINE
+    job.admit("c", T0 + 6)
+    job.node_lost("c", T0 + 7, "node restarted", restarted=True)
+    assert job.nodes["c"].state is NodeState.CRASHED
+    assert job.admit("c", T0 + 8) == []  # never asked again: exactly once
+
+
+def test_every_target_offline_runs_each_as_it_comes() -> None:
+    job = new_job(("a", "b"))
+    out = job.start([], T0)
+    assert job.state is JobState.RUNNING  # nobody to judge: the quorum is met vacuously
+    assert sends(out) == []
+    assert job.run_deadline_ms == T0 + WAIT_MS + VOTE_MS + RUN_MS  # a late node's run fits
+    job.admit("a", T0 + 100)
+    assert sends(job.ack_commit("a", T0 + 101)) == [("run", "a")]
+    job.succeeded("a", T0 + 102)
+    job.tick(T0 + WAIT_MS)
+    assert states(job) == {"a": "succeeded", "b": "unavailable"}
+    assert job.state is JobState.COMPLETE
+
+
+def test_a_failed_quorum_waits_for_nobody() -> None:
+    job = new_job(("a", "b", "c"), quorum=Quorum.parse("2"))
+    job.start(["a", "b"], T0)
+    job.ack_commit("a", T0 + 1)
+    job.nack_commit("b", T0 + 2, "no")
+    assert job.state is JobState.QUORUM_FAILED
+    assert job.nodes["c"].state is NodeState.UNAVAILABLE
+    assert job.nodes["c"].reason == NO_QUORUM
+
+
+def test_a_node_back_while_the_job_votes_votes_with_the_others() -> None:
+    job = new_job(("a", "b"))
+    job.start(["a"], T0)
+    assert sends(job.admit("b", T0 + 1)) == [("commit", "b")]
+    job.ack_commit("a", T0 + 2)
+    assert job.state is JobState.VOTING  # b is a voter now
+    assert sends(job.ack_commit("b", T0 + 3)) == [("run", "a"), ("run", "b")]
+
+
+def test_a_late_voter_silent_for_the_vote_timeout_is_unavailable() -> None:
+    job = running_with_c_offline()
+    job.admit("c", T0 + 10)
+    assert job.next_deadline_ms() == T0 + 10 + VOTE_MS
+    out = job.tick(T0 + 10 + VOTE_MS)
+    assert job.nodes["c"].state is NodeState.UNAVAILABLE
+    assert sends(out) == [("abort", "c")]  # in case its commit arrives late
+
+
+def test_a_new_leader_waits_until_the_same_instant_and_knows_its_late_voters() -> None:
+    job = running_with_c_offline()
+    job.admit("c", T0 + 10)
+    restored = Job.restore(job.snapshot())
+    restored.rearm(T0 + 20_000)  # a takeover's grace
+    assert restored.offline_until_ms == T0 + WAIT_MS
+    assert restored.next_deadline_ms() == T0 + 20_000  # c's vote deadline, floored
+    assert sends(restored.ack_commit("c", T0 + 11)) == [("run", "c")]
+
+    waiting = Job.restore(running_with_c_offline().snapshot())
+    assert waiting.nodes["c"].state is NodeState.OFFLINE
+    assert waiting.next_deadline_ms() == T0 + WAIT_MS
+
+
+def test_a_late_node_of_a_batch_job_joins_the_back_of_the_queue() -> None:
+    job = new_job(("a", "b", "c"), options={"batch": {"size": "1"}})
+    job.start(["a", "b"], T0)
+    job.ack_commit("a", T0 + 1)
+    job.ack_commit("b", T0 + 2)
+    assert states(job) == {"a": "ready", "b": "waiting", "c": "offline"}
+    job.admit("c", T0 + 3)
+    job.ack_commit("c", T0 + 4)
+    assert states(job)["c"] == "waiting"
+    assert sends(job.succeeded("a", T0 + 5), "run") == [("run", "b")]
+    assert sends(job.succeeded("b", T0 + 6), "run") == [("run", "c")]
+
+
+def test_an_aborted_job_sends_no_abort_to_a_node_never_asked() -> None:
+    job = running_with_c_offline()
+    out = job.abort(T0 + 5)
+    assert sends(out) == [("abort", "a"), ("abort", "b")]
+    assert job.nodes["c"].state is NodeState.ABORTED
+
+
+def test_without_the_option_an_offline_target_is_unavailable_at_once() -> None:
+    job = new_job(offline_wait_ms=0)
+    job.start(["a", "b"], T0)
+    assert job.nodes["c"].state is NodeState.UNAVAILABLE
+    assert job.offline_until_ms is None
+
+
+# --- the coordinator -----------------------------------------------------------------------
+
+
+def env(seq: int) -> dict[str, Any]:
+    return {"sender": "a", "incarnation": "i", "sequence": seq, "timestamp": T0}
+
+
+def coordinator() -> Coordinator:
+    coord = Coordinator()
+    coord.submit(
+        "j1",
+        "true",
+        ["a", "b"],
+        ["a"],
+        T0,
+        quorum=Quorum(),
+        vote_timeout_ms=VOTE_MS,
+        run_timeout_ms=RUN_MS,
+        options={},
+        requested_by="alice",
+        offline_wait_ms=WAIT_MS,
+    )
+    coord.reply(AckCommit(**env(1), job_id="j1"), T0)
+    return coord
+
+
+def test_the_coordinator_asks_a_returning_node_once_and_repeats_while_it_is_silent() -> None:
+    coord = coordinator()
+    assert coord.holding("b") == []  # never asked: it holds nothing
+    assert coord.node_online("b") == []  # nothing to repeat yet
+    out = coord.admit("b", T0 + 10)
+    assert [s for s in out if isinstance(s, Send)] == [Send("commit", "j1", "b")]
+    assert coord.admit("b", T0 + 11) == []  # asked already
+    assert coord.unreported("b", None) == [Send("commit", "j1", "b")]  # a lost commit
+    assert coord.holding("b") == ["j1"]
+
+
+def test_the_coordinator_ends_the_job_at_the_deadline() -> None:
+    coord = coordinator()
+    coord.reply(Succeeded(**env(2), job_id="j1", exit_status=0, duration_ms=1), T0 + 1)
+    assert coord.next_deadline_ms() == T0 + WAIT_MS
+    coord.tick(T0 + WAIT_MS)
+    assert coord.jobs["j1"].state is JobState.COMPLETE
+    assert coord.jobs["j1"].nodes["b"].state is NodeState.UNAVAILABLE
+
+
+# --- the request ---------------------------------------------------------------------------
+
+
+def test_the_request_keeps_the_wait_and_bounds_it() -> None:
+    params = job_params({"command": "true", "nodes": ["a"], "offline_wait_s": 1800}, None)
+    assert job_request(params).offline_wait_s == 1800.0
+    for bad in (0, -1, 366 * 86_400, "30m", True):
+        with pytest.raises(ApiError):
+            job_params({"command": "true", "nodes": ["a"], "offline_wait_s": bad}, None)
