@@ -3,19 +3,25 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import pytest
 
 from pushjobs.errors import ApiError
+from pushjobs.log.memory import MemoryLog
+from pushjobs.log.topics import create_standard_topics
 from pushjobs.protocol.messages import AckCommit, Succeeded
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
+from server.core import records
 from server.core.coordinator import Coordinator
 from server.core.effects import NodeChanged, Send
 from server.core.job import Job
 from server.core.jobparams import job_params, job_request
 from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING
+from server.shell.recovery import recover
+from server.shell.takeover import take_over
 
 T0 = 1_700_000_000_000
 WAIT_MS = 60_000  # the offline wait
@@ -185,8 +191,8 @@ def test_without_the_option_an_offline_target_is_unavailable_at_once() -> None:
 # --- the coordinator -----------------------------------------------------------------------
 
 
-def env(seq: int) -> dict[str, Any]:
-    return {"sender": "a", "incarnation": "i", "sequence": seq, "timestamp": T0}
+def env(seq: int, sender: str = "a") -> dict[str, Any]:
+    return {"sender": sender, "incarnation": "i", "sequence": seq, "timestamp": T0}
 
 
 def coordinator() -> Coordinator:
@@ -237,3 +243,45 @@ def test_the_request_keeps_the_wait_and_bounds_it() -> None:
     for bad in (0, -1, 366 * 86_400, "30m", True):
         with pytest.raises(ApiError):
             job_params({"command": "true", "nodes": ["a"], "offline_wait_s": bad}, None)
+
+
+# --- a takeover: what a new leader reads back from the log ---------------------------------
+
+GRACE_MS = 8_000
+
+
+def taken_over(
+    job: Job, now_ms: int, kept: list[Any] | None = None
+) -> tuple[Coordinator, set[str]]:
+    log = MemoryLog()
+    topics = create_standard_topics(log)
+    log.append_batch(topics.assignments, records.snapshot_records(job, 3))
+    coordinator = Coordinator()
+    done = take_over(coordinator, recover(log, topics), deque(kept or ()), now_ms, GRACE_MS)
+    return coordinator, done.unfinished_nodes
+
+
+def test_a_new_leader_waits_for_the_same_node_until_the_same_deadline() -> None:
+    coordinator, owing = taken_over(running_with_c_offline(), T0 + 5)
+    assert owing == {"a", "b"}  # c, never asked, owes the new leader nothing
+    job = coordinator.jobs["j1"]
+    assert job.nodes["c"].state is NodeState.OFFLINE
+    assert job.offline_until_ms == T0 + WAIT_MS  # not moved by the takeover
+    assert [s for s in coordinator.admit("c", T0 + 10) if isinstance(s, Send)] == [
+        Send("commit", "j1", "c")
+    ]
+    out = coordinator.reply(AckCommit(**env(3, "c"), job_id="j1"), T0 + 11)
+    assert [s for s in out if isinstance(s, Send)] == [Send("run", "j1", "c")]
+
+
+def test_a_late_voters_ack_kept_while_no_server_led_runs_it_once() -> None:
+    job = running_with_c_offline()
+    job.admit("c", T0 + 10)  # asked by the old leader, which died before its ack
+    kept = [AckCommit(**env(3, "c"), job_id="j1")]
+    coordinator, _ = taken_over(job, T0 + 20, kept)
+    restored = coordinator.jobs["j1"]
+    assert restored.nodes["c"].state is NodeState.READY
+    assert coordinator.admit("c", T0 + 30) == []  # asked already: never again
+    # Its run went out with the takeover's changes; a node heard again gets it repeated,
+    # which the agent answers without running twice.
+    assert coordinator.node_online("c") == [Send("run", "j1", "c")]
