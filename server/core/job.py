@@ -571,6 +571,9 @@ class Job:
         self._node(node, event, now_ms, out, reason=reason)
         if event is NodeEvent.ACK_COMMIT:
             if self._window is None:
+                # Its run is timed from now, not from the job's (``records.py``): the wait
+                # for it is not run time.
+                self.nodes[node].turn_ms = now_ms
                 out.append(Send("run", self.job_id, node))
             else:
                 self._node(node, NodeEvent.WAIT_TURN, now_ms, out)

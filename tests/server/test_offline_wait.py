@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import orjson
 import pytest
 
 from pushjobs.errors import ApiError
@@ -285,3 +286,13 @@ def test_a_late_voters_ack_kept_while_no_server_led_runs_it_once() -> None:
     # Its run went out with the takeover's changes; a node heard again gets it repeated,
     # which the agent answers without running twice.
     assert coordinator.node_online("c") == [Send("run", "j1", "c")]
+
+
+def test_a_late_nodes_run_is_timed_from_its_own_run_not_the_jobs() -> None:
+    job = running_with_c_offline()  # the job ran at T0 + 2
+    job.admit("c", T0 + 30_000)
+    job.ack_commit("c", T0 + 30_001)
+    out = job.succeeded("c", T0 + 30_051)
+    (record,) = (orjson.loads(v) for _, v in records.job_events(out, {"j1": job}, "s"))
+    (entry,) = (e for e in record["nodes"] if e[0] == "c")
+    assert dict(zip(records.NODE_STATE_FIELDS, entry, strict=True))["duration_ms"] == 50
