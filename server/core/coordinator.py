@@ -21,7 +21,11 @@ can persist the changes before it sends the commands that follow from them.
 - ``admit``: a node that comes online while a job waits for it ``offline`` (``job start
   --offline-wait``, ``offlinewait.py``) is asked to commit: a change of its state, so
   (unlike ``node_online``'s repeats) it is returned as changes, to persist before the
-  commit leaves. An ``offline`` node holds nothing: a busy-wait job does not wait for it;
+  commit leaves. One job at a time, the first started first, and only while no other
+  job holds the node: a laptop back with three jobs waiting for it runs them in turn
+  rather than refusing two ``busy``. A node let go by a job while another waits for it
+  is in ``take_freed``, for the caller to admit again if it is online. An ``offline``
+  node holds nothing: a busy-wait job does not wait for it;
 - a node's heartbeat says what it is doing: ``busy_with`` (the job the agent holds or
   runs) and ``busy_state`` (``committed`` or ``running``). ``heard`` lets a batch slot go
   that a node lost in flight no longer holds; ``unreported`` judges the commands the node
@@ -145,6 +149,10 @@ class Coordinator:
         # (job, node) -> its ``busy`` nacks not counted (``_stale_busy``); gone with the job.
         self._stale_busy: Counter[tuple[str, str]] = Counter()
         self.stale_busy_nacks = 0  # not counted as votes, in all (``server.info``)
+        # Active jobs that may wait for offline nodes, and the nodes a job let go while one
+        # of them waits (``admit``, ``take_freed``).
+        self._offline_jobs: set[str] = set()
+        self._freed: set[str] = set()
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -354,15 +362,28 @@ class Coordinator:
         return out
 
     def admit(self, node: str, now_ms: int) -> list[Change]:
-        """``node`` came online: each job that waited for it ``offline`` asks it to
-        commit (``Job.admit``); the moves come before the commits, to persist first."""
-        out: list[Change] = []
-        for job_id in list(self._active_by_node.get(node, ())):
-            job = self.jobs[job_id]
+        """``node`` is online and free: the first job started that waits for it
+        ``offline`` asks it to commit (``Job.admit``), the move before the commit, to
+        persist first. None while another job holds it: asked once it is let go."""
+        if not self._offline_jobs or self._holder(node) is not None:
+            return []
+        waiting = [
+            job
+            for job_id in self._active_by_node.get(node, ())
+            if (job := self.jobs[job_id]).nodes[node].state is NodeState.OFFLINE
+        ]
+        for job in sorted(waiting, key=lambda j: (j.created_ms, j.job_id)):
             changes: list[Change] = list(job.admit(node, now_ms))
-            self._after(job, changes)
-            out += changes
-        return out
+            if changes:
+                self._after(job, changes)
+                return changes
+        return []
+
+    def take_freed(self) -> set[str]:
+        """Nodes let go by a job since the last call while another waits for them
+        ``offline``: to ``admit`` if they are online."""
+        freed, self._freed = self._freed, set()
+        return freed
 
     def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
         """A commit that can never reach ``node`` (``CommandSender.take_undeliverable``):
@@ -561,6 +582,8 @@ class Coordinator:
 
     def _add(self, job: Job) -> None:
         self.jobs[job.job_id] = job
+        if not job.finished and job.offline_wait_ms > 0:
+            self._offline_jobs.add(job.job_id)
         if not job.finished:
             if job.job_id not in self._active:
                 self._unfinished_by[job.requested_by] += 1
@@ -581,6 +604,19 @@ class Coordinator:
         else:
             # Only the nodes that changed: a reply must not cost O(targets).
             self._index(job, {c.node for c in changes if isinstance(c, NodeChanged)})
+        if self._offline_jobs:
+            self._note_freed(changes)
+
+    def _note_freed(self, changes: list[Change]) -> None:
+        """The nodes ``changes`` let go (asked, now ended) that a job waits for ``offline``."""
+        for c in changes:
+            if (
+                isinstance(c, NodeChanged)
+                and c.state in TERMINAL_NODE_STATES
+                and c.prev is not NodeState.OFFLINE
+                and len(self._active_by_node.get(c.node, ())) > 0
+            ):
+                self._freed.add(c.node)
 
     def _index(self, job: Job, names: Iterable[str]) -> None:
         if job.awaiting_approval:
@@ -598,6 +634,7 @@ class Coordinator:
 
     def _retire(self, job_id: str) -> None:
         job = self.jobs[job_id]
+        self._offline_jobs.discard(job_id)
         for key in [k for k in self._stale_busy if k[0] == job_id]:  # rare: a few at most
             del self._stale_busy[key]
         if self._active.pop(job_id, None) is not None:

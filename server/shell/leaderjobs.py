@@ -226,7 +226,12 @@ class Jobs:
 
     def tick(self, now_ms: int) -> None:
         if self.leadership.leader:
-            self.changes += self.coordinator.tick(now_ms)
+            coordinator = self.coordinator
+            self.changes += coordinator.tick(now_ms)
+            # A node another job let go, waited for offline by a job: its turn now.
+            for node in coordinator.take_freed():
+                if self.liveness.is_online(node):
+                    self.changes += coordinator.admit(node, now_ms)
 
     def forget_sent(self, now_ms: int) -> None:
         self.sender.forget(now_ms - ASKED_KEEP_MS)

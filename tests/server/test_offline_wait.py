@@ -12,7 +12,7 @@ import pytest
 from pushjobs.errors import ApiError
 from pushjobs.log.memory import MemoryLog
 from pushjobs.log.topics import create_standard_topics
-from pushjobs.protocol.messages import AckCommit, Succeeded
+from pushjobs.protocol.messages import AckCommit, NackCommit, Succeeded
 from pushjobs.quorum import Quorum
 from pushjobs.states import JobState, NodeState
 from server.core import records
@@ -296,3 +296,34 @@ def test_a_late_nodes_run_is_timed_from_its_own_run_not_the_jobs() -> None:
     (record,) = (orjson.loads(v) for _, v in records.job_events(out, {"j1": job}, "s"))
     (entry,) = (e for e in record["nodes"] if e[0] == "c")
     assert dict(zip(records.NODE_STATE_FIELDS, entry, strict=True))["duration_ms"] == 50
+
+
+def test_jobs_waiting_for_the_same_node_get_it_in_turn_first_started_first() -> None:
+    coord = coordinator()  # j1: a runs, b waits offline
+    for job_id, at in (("j3", T0 + 2), ("j2", T0 + 1)):
+        coord.submit(
+            job_id,
+            "true",
+            ["b"],
+            [],
+            at,
+            quorum=Quorum(),
+            vote_timeout_ms=VOTE_MS,
+            run_timeout_ms=RUN_MS,
+            options={},
+            requested_by="alice",
+            offline_wait_ms=WAIT_MS,
+        )
+    out = coord.admit("b", T0 + 10)
+    assert [s for s in out if isinstance(s, Send)] == [Send("commit", "j1", "b")]
+    assert coord.admit("b", T0 + 11) == []  # held by j1: the others wait their turn
+    assert coord.take_freed() == set()
+    coord.reply(AckCommit(**env(3, "b"), job_id="j1"), T0 + 12)
+    coord.reply(Succeeded(**env(4, "b"), job_id="j1", exit_status=0, duration_ms=1), T0 + 13)
+    assert coord.take_freed() == {"b"}
+    out = coord.admit("b", T0 + 14)
+    assert [s for s in out if isinstance(s, Send)] == [Send("commit", "j2", "b")]
+    coord.reply(NackCommit(**env(5, "b"), job_id="j2", reason="no"), T0 + 15)
+    assert coord.take_freed() == {"b"}
+    out = coord.admit("b", T0 + 16)
+    assert [s for s in out if isinstance(s, Send)] == [Send("commit", "j3", "b")]
