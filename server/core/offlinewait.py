@@ -21,6 +21,9 @@ instead, until ``offline_until_ms`` (the vote's start plus the wait):
   ``ready`` and it is told to run at once (a batch job: it joins the back of the
   window's queue, ``waiting``), its nack ends it ``nacked``. A late node asked and
   silent for ``vote_timeout_ms`` is ``unavailable`` ("no vote before the deadline").
+- *In turn.* Several jobs waiting for one node ask it one at a time, the first started
+  first, each once the node is let go by the one before (``Coordinator.admit``): a node
+  runs one job at a time, and would refuse the others ``busy``.
 - *Quorum.* Judged once, when the vote ends, over the nodes that voted or could have:
   the targets not ``offline`` then. So ``--quorum 80%`` of 10 nodes of which 5 are
   offline needs 4 of the 5 online ones. A job whose every target is offline has nobody
