@@ -665,8 +665,10 @@ class Job:
         self._job(JobEvent.CRASH, now_ms, out)
         for name, record in self.nodes.items():
             if record.state not in TERMINAL_NODE_STATES:
+                asked = record.state is not NodeState.OFFLINE
                 self._node(name, NodeEvent.LOST, now_ms, out, reason=reason)
-                out.append(Send("abort", self.job_id, name))
+                if asked:
+                    out.append(Send("abort", self.job_id, name))
         return out
 
     # --- derived ------------------------------------------------------------------------
@@ -964,6 +966,15 @@ class Job:
             self.nodes[name].turn_ms = now_ms
             window.started(name, now_ms, self.run_timeout_ms)
             out.append(Send("run", self.job_id, name))
+        if self._counts[NodeState.OFFLINE]:
+            # Spent, the budget starts no node any more: nor one waited for offline, which
+            # would only be asked to be skipped (``offlinewait.py``).
+            budget = window.spec.budget(len(self.nodes))
+            failures = sum(self._counts[s] for s in FAILURE_STATES)
+            if budget is not None and failures >= budget:
+                for name, record in self.nodes.items():
+                    if record.state is NodeState.OFFLINE:
+                        self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
 
     def _batch_tick(self, window: Window, now_ms: int, out: list[Effect]) -> None:
         """Per-node run deadlines that passed, the window's next start, held commits."""

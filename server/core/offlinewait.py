@@ -31,8 +31,9 @@ instead, until ``offline_until_ms`` (the vote's start plus the wait):
   never changes the verdict; a job that failed its quorum waits for nobody (its
   ``offline`` nodes become ``unavailable``, "the job failed its quorum").
 - *Batches.* The window, its wait and the failure budget keep their meaning over the
-  whole job; a late node queues behind the nodes waiting already. A halted batch job
-  skips nobody who is still offline: they are ``unavailable`` at the deadline.
+  whole job; a late node queues behind the nodes waiting already. Once the budget is
+  spent the job starts no node any more: the nodes still ``offline`` are ``skipped``
+  with the waiting ones, and the job ends ``halted`` without waiting for the deadline.
 - *The deadline.* At ``offline_until_ms`` the nodes still ``offline`` become
   ``unavailable`` ("offline until the offline-wait deadline"). The job does not end
   while one waits (``offline`` is not terminal), so a job whose online nodes all

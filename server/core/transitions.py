@@ -100,6 +100,8 @@ NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (N.OFFLINE, NodeEvent.ADMIT): N.NEW,
     (N.OFFLINE, NodeEvent.GIVE_UP): N.UNAVAILABLE,
     (N.OFFLINE, NodeEvent.ABORT): N.ABORTED,
+    # A batch job's failure budget is spent: it starts no node any more.
+    (N.OFFLINE, NodeEvent.HALT): N.SKIPPED,
     # The job ended under it (run deadline, server crash): it was never asked.
     (N.OFFLINE, NodeEvent.TIMEOUT): N.UNAVAILABLE,
     (N.OFFLINE, NodeEvent.LOST): N.UNAVAILABLE,

@@ -327,3 +327,13 @@ def test_jobs_waiting_for_the_same_node_get_it_in_turn_first_started_first() -> 
     assert coord.take_freed() == {"b"}
     out = coord.admit("b", T0 + 16)
     assert [s for s in out if isinstance(s, Send)] == [Send("commit", "j3", "b")]
+
+
+def test_a_batch_job_whose_budget_is_spent_skips_its_offline_nodes_and_halts() -> None:
+    job = new_job(("a", "b", "c"), options={"batch": {"size": "1", "max_failures": "1"}})
+    job.start(["a", "b"], T0)
+    job.ack_commit("a", T0 + 1)
+    job.ack_commit("b", T0 + 2)
+    job.failed("a", T0 + 3, 1, "boom")  # the budget is spent: b and c will not start
+    assert states(job) == {"a": "failed", "b": "skipped", "c": "skipped"}
+    assert job.state is JobState.HALTED  # not held open until the deadline
