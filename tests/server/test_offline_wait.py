@@ -19,10 +19,11 @@ from server.core import records
 from server.core.coordinator import Coordinator
 from server.core.effects import NodeChanged, Send
 from server.core.job import Job
-from server.core.jobparams import job_params, job_request
+from server.core.jobparams import JobRequest, job_params, job_request
 from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING
 from server.shell.recovery import recover
 from server.shell.takeover import take_over
+from tests.server.test_takeover_pending import Leader
 
 T0 = 1_700_000_000_000
 WAIT_MS = 60_000  # the offline wait
@@ -337,3 +338,29 @@ def test_a_batch_job_whose_budget_is_spent_skips_its_offline_nodes_and_halts() -
     job.failed("a", T0 + 3, 1, "boom")  # the budget is spent: b and c will not start
     assert states(job) == {"a": "failed", "b": "skipped", "c": "skipped"}
     assert job.state is JobState.HALTED  # not held open until the deadline
+
+
+# --- the leader's job effects: a node registered but never heard, then heard -------------
+
+
+def test_a_registered_node_never_heard_waits_and_is_asked_once_when_heard() -> None:
+    leader = Leader(registered={"old-1", "old-2", "laptop-1", "laptop-2"})
+    leader.advance(4.0)  # past the takeover's grace: an unseen node is offline now
+    request = JobRequest("true", ["laptop-1"], Quorum(), None, None, {}, offline_wait_s=60)
+    first = leader.jobs.start(request, "alice", leader.clock.wall_ms())
+    second = leader.jobs.start(request, "alice", leader.clock.wall_ms() + 1)
+    leader.flush()
+    jobs = leader.jobs.coordinator.jobs
+    assert jobs[first].nodes["laptop-1"].state is NodeState.OFFLINE
+    assert leader.sender.sent == []
+    leader.hear("laptop-1")
+    leader.flush()
+    assert leader.sender.sent == [("commit", "laptop-1")]  # once, and for the first job
+    assert jobs[second].nodes["laptop-1"].state is NodeState.OFFLINE
+    for kind in (AckCommit, Succeeded):
+        extra = {"exit_status": 0, "duration_ms": 1} if kind is Succeeded else {}
+        leader.reply(kind(**env(7, "laptop-1"), job_id=first, **extra))
+    leader.advance(0.1)  # the turn's tick: the node the first job let go goes to the next
+    assert jobs[first].state is JobState.COMPLETE
+    assert jobs[second].nodes["laptop-1"].state is NodeState.NEW
+    assert leader.sender.sent[-2:] == [("run", "laptop-1"), ("commit", "laptop-1")]
