@@ -272,7 +272,8 @@ def start(
 
     Taking turns: pushjobs job start backup db-01 --busy-wait 10m (waits for db-01's job)
 
-    Laptops: pushjobs job start patch 'laptop-*' --offline-wait 8h (each, once it is back)
+    Laptops: pushjobs job start patch 'laptop-*' --offline-wait 8h --nowait (each runs it
+    once it is back; without --nowait this follows the job until then)
 
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
