@@ -379,6 +379,17 @@ class Coordinator:
                 return changes
         return []
 
+    def gone(self, node: str, now_ms: int, reason: str) -> list[Change]:
+        """``node`` cannot come back (its key was revoked): every job that waits for it
+        ``offline`` gives it up now (``Job.give_up``), rather than at its deadline."""
+        out: list[Change] = []
+        for job_id in list(self._active_by_node.get(node, ())):
+            job = self.jobs[job_id]
+            changes: list[Change] = list(job.give_up(node, now_ms, reason))
+            self._after(job, changes)
+            out += changes
+        return out
+
     def take_freed(self) -> set[str]:
         """Nodes let go by a job since the last call while another waits for them
         ``offline``: to ``admit`` if they are online."""

@@ -563,6 +563,20 @@ class Job:
         out.append(Send("commit", self.job_id, node))
         return out
 
+    def give_up(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        """``node``, waited for ``offline``, cannot come back (its key was revoked): it is
+        ``unavailable`` with ``reason`` now, and the job may end."""
+        record = self.nodes.get(node)
+        if record is None or record.state is not NodeState.OFFLINE:
+            return []
+        out: list[Effect] = []
+        self._node(node, NodeEvent.GIVE_UP, now_ms, out, reason=reason)
+        if self.state is JobState.VOTING:
+            self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        else:
+            self._maybe_complete(now_ms, out)
+        return out
+
     def _late_vote(self, node: str, event: NodeEvent, now_ms: int, reason: str) -> list[Effect]:
         """A late node's vote while the job runs: it votes alone; ready, it runs at once
         (a batch job: it queues for the window)."""

@@ -34,6 +34,8 @@ instead, until ``offline_until_ms`` (the vote's start plus the wait):
   whole job; a late node queues behind the nodes waiting already. Once the budget is
   spent the job starts no node any more: the nodes still ``offline`` are ``skipped``
   with the waiting ones, and the job ends ``halted`` without waiting for the deadline.
+- *Revoked.* A node whose key is revoked while it waits cannot come back: it is
+  ``unavailable`` at once, with the revocation's reason (``Coordinator.gone``).
 - *The deadline.* At ``offline_until_ms`` the nodes still ``offline`` become
   ``unavailable`` ("offline until the offline-wait deadline"). The job does not end
   while one waits (``offline`` is not terminal), so a job whose online nodes all

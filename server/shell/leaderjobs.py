@@ -193,6 +193,11 @@ class Jobs:
         if self.leadership.leader:
             self.changes += self.coordinator.node_lost(node, now_ms, reason, restarted=restarted)
 
+    def gone(self, node: str, now_ms: int, reason: str) -> None:
+        """``node`` cannot come back (its key was revoked): not waited for offline."""
+        if self.leadership.leader:
+            self.changes += self.coordinator.gone(node, now_ms, reason)
+
     def node_online(self, node: str, now_ms: int) -> None:
         if self.grace_until_ms is not None:
             self.heard.add(node)

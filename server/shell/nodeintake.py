@@ -210,6 +210,8 @@ class NodeIntake:
             self.offline(went, now_ms, reason)
         else:
             self.jobs.node_lost(node, now_ms, reason)
+        # It cannot come back: the jobs that wait for it offline wait no more.
+        self.jobs.gone(node, now_ms, reason)
 
     def log_transitions(self) -> None:
         """One line per node while few change in a turn; past ``LOG_EACH``, one line for

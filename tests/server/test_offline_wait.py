@@ -364,3 +364,14 @@ def test_a_registered_node_never_heard_waits_and_is_asked_once_when_heard() -> N
     assert jobs[first].state is JobState.COMPLETE
     assert jobs[second].nodes["laptop-1"].state is NodeState.NEW
     assert leader.sender.sent[-2:] == [("run", "laptop-1"), ("commit", "laptop-1")]
+
+
+def test_a_node_revoked_while_it_waits_is_given_up_at_once_and_the_job_ends() -> None:
+    coord = coordinator()
+    coord.reply(Succeeded(**env(2), job_id="j1", exit_status=0, duration_ms=1), T0 + 1)
+    coord.gone("b", T0 + 2, "key revoked")
+    job = coord.jobs["j1"]
+    assert job.nodes["b"].state is NodeState.UNAVAILABLE
+    assert job.nodes["b"].reason == "key revoked"
+    assert job.state is JobState.COMPLETE  # not held open until the deadline
+    assert coord.gone("a", T0 + 3, "key revoked") == []  # not waited for: nothing to do
