@@ -4,23 +4,25 @@ the job. Pure.
 Theory of operation. Without it a target offline at start is ``unavailable`` at once,
 and the operator must remember to run the job again once the laptop wakes or the server
 is back from its reboot. A job given ``offline_wait_ms`` keeps itself open for them
-instead, until ``offline_until_ms`` (the vote's start plus the wait):
+instead, until ``offline_until_ms`` (the vote's start plus the wait: for a job held for
+approval, its approval's time):
 
 - *Who waits.* The targets offline at start: known nodes not online, a node whose key
   is registered but that was never heard included (a laptop not yet enrolled); a name
-  nobody knows is no target (the selection refuses it). A target a new leader had not heard yet
-  when the takeover grace ended (``awaiting.py``) waits too, rather than being
+  nobody knows is no target (the selection refuses it). A target a new leader had not
+  heard yet when the takeover grace ended (``awaiting.py``) waits too, rather than being
   ``unavailable``. Each is ``offline`` (a node state of its own, not terminal), its row
   saying until when: ``job status`` lists them apart from the nodes asked to vote, and
   the state alone tells a node never asked (``offline``) from one asked and silent
   (``new``), which is what exactly-once rests on.
 - *Coming online.* A node heard before the deadline moves ``offline`` -> ``new`` and gets
-  its commit (``Job.admit``, from ``Coordinator.node_online``): the move is an effect
-  before the ``commit``, so it is durable before the command leaves. While the job votes
-  it votes with the others; once it runs, it votes alone (``late``): its ack makes it
-  ``ready`` and it is told to run at once (a batch job: it joins the back of the
-  window's queue, ``waiting``), its nack ends it ``nacked``. A late node asked and
-  silent for ``vote_timeout_ms`` is ``unavailable`` ("no vote before the deadline").
+  its commit (``Job.admit``, from ``Coordinator.admit`` as the node comes online): the
+  move is an effect before the ``commit``, so it is durable before the command leaves.
+  While the job votes it votes with the others; once it runs, it votes alone
+  (``late``): its ack makes it ``ready`` and it is told to run at once (a batch job: it
+  joins the back of the window's queue, ``waiting``), its nack ends it ``nacked``. A
+  late node asked and silent for ``vote_timeout_ms`` is ``unavailable`` ("no vote
+  before the deadline").
 - *In turn.* Several jobs waiting for one node ask it one at a time, the first started
   first, each once the node is let go by the one before (``Coordinator.admit``): a node
   runs one job at a time, and would refuse the others ``busy``.
@@ -55,8 +57,8 @@ instead, until ``offline_until_ms`` (the vote's start plus the wait):
   takeover's grace moves it as it moves a vote deadline.
 
 ``Late`` keeps what the job needs between inputs: the late voters' own vote deadlines
-(so a tick is O(late voters), not O(targets)); the deadline is the job's field. The job makes every
-node move itself (``job.py``).
+(so a tick is O(late voters), not O(targets)); the deadline is the job's field. The job
+makes every node move itself (``job.py``).
 
 Killed at any line: nothing here is durable; ``Late.rebuild`` reads it back from the
 node table.
