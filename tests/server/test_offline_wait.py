@@ -21,6 +21,7 @@ from server.core.effects import NodeChanged, Send
 from server.core.job import Job
 from server.core.jobparams import JobRequest, job_params, job_request
 from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING
+from server.core.policy import Hold
 from server.shell.recovery import recover
 from server.shell.takeover import take_over
 from tests.server.test_takeover_pending import Leader
@@ -375,3 +376,12 @@ def test_a_node_revoked_while_it_waits_is_given_up_at_once_and_the_job_ends() ->
     assert job.nodes["b"].reason == "key revoked"
     assert job.state is JobState.COMPLETE  # not held open until the deadline
     assert coord.gone("a", T0 + 3, "key revoked") == []  # not waited for: nothing to do
+
+
+def test_a_job_held_for_approval_waits_from_its_approval() -> None:
+    job = new_job(("a", "b"))
+    job.hold(Hold("policy.commands", T0 + 3_600_000, "alice"), T0)
+    assert job.offline_until_ms is None  # nobody asked, nobody waited for yet
+    job.approve("bob", ["a"], T0 + 1_000)
+    assert job.offline_until_ms == T0 + 1_000 + WAIT_MS
+    assert states(job) == {"a": "new", "b": "offline"}
