@@ -43,6 +43,9 @@ class NodeState(StrEnum):
     # Batch jobs: ready, waiting its turn in the window; never started (the job halted).
     WAITING = "waiting"
     SKIPPED = "skipped"
+    # ``job start --offline-wait``: offline at start, never asked yet; it gets its commit
+    # when it comes online before the job's deadline (``server/core/offlinewait.py``).
+    OFFLINE = "offline"
 
 
 TERMINAL_NODE_STATES = frozenset(NodeState) - {
@@ -50,6 +53,7 @@ TERMINAL_NODE_STATES = frozenset(NodeState) - {
     NodeState.READY,
     NodeState.RUNNING,
     NodeState.WAITING,
+    NodeState.OFFLINE,
 }
 TERMINAL_JOB_STATES = frozenset(JobState) - {
     JobState.NEW,

@@ -26,12 +26,16 @@ Methods, parameters (JSON object ``params``) and results (``result``):
     job.start     writer  {command, nodes: [selector...], quorum: "100%"|"3", timeout_s,
                            vote_timeout_s?, env: {K: V}, secret_env?: {K: V}, cwd?,
                            capture: bool, batch?: "3"|"25%", batch_wait_s?: float >= 0,
-                           max_failures?: "2"|"20%", busy_wait_s?: float > 0}
+                           max_failures?: "2"|"20%", busy_wait_s?: float > 0,
+                           offline_wait_s?: float > 0}
                   -> {job: JOB}   names must be [A-Za-z_][A-Za-z0-9_]*, each in one map
                      only; each node's env policy may still nack a name; a batch job's
                      JOB has batch: {window, wait_s, max_failures, failures}; with
                      busy_wait_s, JOB has gate_until_ms (not null while it waits for busy
-                     nodes) and busy_wait_ms; a job the server's policy holds comes back
+                     nodes) and busy_wait_ms; with offline_wait_s, nodes offline at
+                     start are ``offline`` until JOB.offline_until_ms (each gets its
+                     commit when it comes back), then ``unavailable``; a job the server's
+                     policy holds comes back
                      ``awaiting_approval``, JOB.approval {rule, expires_ms, requester};
                      one it forbids (a bare ``*``) is refused ``unauthorized``
     job.list      reader  {state?: str, limit: 50, offset: 0}

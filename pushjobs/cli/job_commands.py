@@ -26,6 +26,7 @@ from pushjobs.cli.jobopts import (
     EnvOpt,
     MaxFailuresOpt,
     NodesArg,
+    OfflineWaitOpt,
     QuorumOpt,
     SecretEnvOpt,
     TimeoutOpt,
@@ -199,6 +200,7 @@ def job_params(
     batch_wait: float | None,
     max_failures: str | None,
     busy_wait: str | None = None,
+    offline_wait: str | None = None,
 ) -> dict[str, Any]:
     """The ``job.start`` params of the job options (``jobopts.py``), checked as far as
     the CLI can: ``job start`` and ``schedule add`` build them alike."""
@@ -225,6 +227,8 @@ def job_params(
         params["vote_timeout_s"] = vote_timeout
     if busy_wait is not None:
         params["busy_wait_s"] = duration_s(busy_wait, "--busy-wait")
+    if offline_wait is not None:
+        params["offline_wait_s"] = duration_s(offline_wait, "--offline-wait")
     return params
 
 
@@ -245,6 +249,7 @@ def start(
     batch_wait: BatchWaitOpt = None,
     max_failures: MaxFailuresOpt = None,
     busy_wait: BusyWaitOpt = None,
+    offline_wait: OfflineWaitOpt = None,
     nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
     abort_on_interrupt: Annotated[
         bool,
@@ -266,6 +271,9 @@ def start(
     Rolling: pushjobs job start deploy 'web-*' --batch 25% --batch-wait 5 --max-failures 2
 
     Taking turns: pushjobs job start backup db-01 --busy-wait 10m (waits for db-01's job)
+
+    Laptops: pushjobs job start patch 'laptop-*' --offline-wait 8h --nowait (each runs it
+    once it is back; without --nowait this follows the job until then)
 
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
@@ -289,6 +297,7 @@ def start(
         batch_wait=batch_wait,
         max_failures=max_failures,
         busy_wait=busy_wait,
+        offline_wait=offline_wait,
     )
     with userconfig.connect(config, server) as client, reading_reply():
         try:

@@ -91,6 +91,18 @@ MaxFailuresOpt = Annotated[
     ),
 ]
 
+OfflineWaitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--offline-wait",
+        metavar="DURATION",
+        help="Keep the job open this long (90s, 30m, 2h, 1d) for nodes offline at start: "
+        "each gets the job when it comes back, and runs it once; the rest end unavailable. "
+        "The quorum counts the nodes online at start. Without it an offline node is "
+        "unavailable at once.",
+        show_default=False,
+    ),
+]
 BusyWaitOpt = Annotated[
     str | None,
     typer.Option(

@@ -49,7 +49,9 @@ def summary_text(job: Mapping[str, Any]) -> str:
 
 def headline(job: Mapping[str, Any]) -> str:
     """'job 1a2b3c complete: 2 succeeded', the last line of a job shown."""
-    return f"{_name(job)}: {summary_text(job)}{busy_text(job)}{approval_text(job)}"
+    return (
+        f"{_name(job)}: {summary_text(job)}{busy_text(job)}{offline_text(job)}{approval_text(job)}"
+    )
 
 
 def approval_text(job: Mapping[str, Any]) -> str:
@@ -79,6 +81,16 @@ def busy_text(job: Mapping[str, Any]) -> str:
     return f"; waiting for busy nodes until {local_time(int(until))[11:]}"
 
 
+def offline_text(job: Mapping[str, Any]) -> str:
+    """A job waiting for nodes offline at start (``--offline-wait``): '; 2 offline, waited
+    for until 2026-11-28 18:00:00' (else '')."""
+    offline = job["summary"].get("offline", 0)
+    until = job.get("offline_until_ms")  # a server before --offline-wait sends none
+    if not offline or until is None:
+        return ""
+    return f"; {offline} offline, waited for until {local_time(int(until))}"
+
+
 def _name(job: Mapping[str, Any]) -> str:
     return printable(f"job {job['job_id']} {job['state']}")
 
@@ -101,7 +113,7 @@ def batch_text(job: Mapping[str, Any]) -> str:
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
     return (
         f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}"
-        f"{busy_text(job)}{approval_text(job)}"
+        f"{busy_text(job)}{offline_text(job)}{approval_text(job)}"
     )
 
 

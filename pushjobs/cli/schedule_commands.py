@@ -28,6 +28,7 @@ from pushjobs.cli.jobopts import (
     EnvOpt,
     MaxFailuresOpt,
     NodesArg,
+    OfflineWaitOpt,
     QuorumOpt,
     SecretEnvOpt,
     TimeoutOpt,
@@ -114,6 +115,7 @@ def add(
     batch_wait: BatchWaitOpt = None,
     max_failures: MaxFailuresOpt = None,
     busy_wait: BusyWaitOpt = None,
+    offline_wait: OfflineWaitOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,
@@ -149,6 +151,7 @@ def add(
         batch_wait=batch_wait,
         max_failures=max_failures,
         busy_wait=busy_wait,
+        offline_wait=offline_wait,
     )
     params.update(tz=tz, catch_up=catch_up, overlap=overlap)
     if at:

@@ -18,6 +18,14 @@ can persist the changes before it sends the commands that follow from them.
   repeats idempotently and never runs a job twice. A batch job's ``waiting`` node gets
   nothing: its turn has not come (``batch.py``). A target a job waited to hear from is
   heard now, and gets its commit the same way;
+- ``admit``: a node that comes online while a job waits for it ``offline`` (``job start
+  --offline-wait``, ``offlinewait.py``) is asked to commit: a change of its state, so
+  (unlike ``node_online``'s repeats) it is returned as changes, to persist before the
+  commit leaves. One job at a time, the first started first, and only while no other
+  job holds the node: a laptop back with three jobs waiting for it runs them in turn
+  rather than refusing two ``busy``. A node let go by a job while another waits for it
+  is in ``take_freed``, for the caller to admit again if it is online. An ``offline``
+  node holds nothing: a busy-wait job does not wait for it;
 - a node's heartbeat says what it is doing: ``busy_with`` (the job the agent holds or
   runs) and ``busy_state`` (``committed`` or ``running``). ``heard`` lets a batch slot go
   that a node lost in flight no longer holds; ``unreported`` judges the commands the node
@@ -98,6 +106,9 @@ class NodeAmended:
 Change = Effect | JobCreated | OutputReceived | NodeAmended
 
 
+# Node states in which a job does not hold its node: it ended, or was never asked.
+_NOT_HOLDING = TERMINAL_NODE_STATES | {NodeState.OFFLINE}
+
 STALE_BUSY_TRIES = 2
 """How many ``busy`` nacks naming a job over for the node are not counted as its vote: each
 is answered by an ``abort`` of that job; the commit follows at the node's next heartbeat."""
@@ -138,6 +149,10 @@ class Coordinator:
         # (job, node) -> its ``busy`` nacks not counted (``_stale_busy``); gone with the job.
         self._stale_busy: Counter[tuple[str, str]] = Counter()
         self.stale_busy_nacks = 0  # not counted as votes, in all (``server.info``)
+        # Active jobs that may wait for offline nodes, and the nodes a job let go while one
+        # of them waits (``admit``, ``take_freed``).
+        self._offline_jobs: set[str] = set()
+        self._freed: set[str] = set()
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -157,6 +172,7 @@ class Coordinator:
         unheard: Iterable[str] = (),
         unheard_until_ms: int | None = None,
         busy_wait_ms: int = 0,
+        offline_wait_ms: int = 0,
         hold: Hold | None = None,
     ) -> list[Change]:
         """Create a job and start it; with ``hold`` it waits for approval instead."""
@@ -173,6 +189,7 @@ class Coordinator:
             options=dict(options),
             requested_by=requested_by,
             busy_wait_ms=busy_wait_ms,
+            offline_wait_ms=offline_wait_ms,
         )
         self._add(job)
         out: list[Change] = [JobCreated(job_id, now_ms)]
@@ -338,9 +355,46 @@ class Coordinator:
                 continue  # asked once its wait ends (``_release``)
             if job.state.value == "voting" and state is NodeState.NEW:
                 out.append(Send("commit", job_id, node))
+            elif job.state.value == "running" and state is NodeState.NEW:
+                out.append(Send("commit", job_id, node))  # a late voter's (``admit``)
             elif job.state.value == "running" and state is NodeState.READY:
                 out.append(Send("run", job_id, node))
         return out
+
+    def admit(self, node: str, now_ms: int) -> list[Change]:
+        """``node`` is online and free: the first job started that waits for it
+        ``offline`` asks it to commit (``Job.admit``), the move before the commit, to
+        persist first. None while another job holds it: asked once it is let go."""
+        if not self._offline_jobs or self._holder(node) is not None:
+            return []
+        waiting = [
+            job
+            for job_id in self._active_by_node.get(node, ())
+            if (job := self.jobs[job_id]).nodes[node].state is NodeState.OFFLINE
+        ]
+        for job in sorted(waiting, key=lambda j: (j.created_ms, j.job_id)):
+            changes: list[Change] = list(job.admit(node, now_ms))
+            if changes:
+                self._after(job, changes)
+                return changes
+        return []
+
+    def gone(self, node: str, now_ms: int, reason: str) -> list[Change]:
+        """``node`` cannot come back (its key was revoked): every job that waits for it
+        ``offline`` gives it up now (``Job.give_up``), rather than at its deadline."""
+        out: list[Change] = []
+        for job_id in list(self._active_by_node.get(node, ())):
+            job = self.jobs[job_id]
+            changes: list[Change] = list(job.give_up(node, now_ms, reason))
+            self._after(job, changes)
+            out += changes
+        return out
+
+    def take_freed(self) -> set[str]:
+        """Nodes let go by a job since the last call while another waits for them
+        ``offline``: to ``admit`` if they are online."""
+        freed, self._freed = self._freed, set()
+        return freed
 
     def undeliverable(self, job_id: str, node: str, now_ms: int, reason: str) -> list[Change]:
         """A commit that can never reach ``node`` (``CommandSender.take_undeliverable``):
@@ -391,7 +445,7 @@ class Coordinator:
         """A job that holds ``node`` (it votes or runs there); a gated job holds nothing."""
         for job_id in self._active_by_node.get(node, ()):
             job = self.jobs[job_id]
-            if not job.gated and job.nodes[node].state not in TERMINAL_NODE_STATES:
+            if not job.gated and job.nodes[node].state not in _NOT_HOLDING:
                 return job_id
         return None
 
@@ -470,9 +524,8 @@ class Coordinator:
             state = job.nodes[node].state
             if job.gated:
                 continue  # no commit asked yet: nothing was lost
-            if job.state.value == "voting":
-                if state is NodeState.NEW:
-                    out.append(Send("commit", job_id, node))
+            if state is NodeState.NEW and job.state.value in ("voting", "running"):
+                out.append(Send("commit", job_id, node))  # running: a late voter's
             elif job.state.value == "running":
                 lost_result = job_id != busy_with and state in (NodeState.READY, NodeState.RUNNING)
                 lost_run = (
@@ -521,11 +574,12 @@ class Coordinator:
         return touched
 
     def holding(self, node: str) -> list[str]:
-        """The active jobs in which ``node`` has not finished (it may hold or run them)."""
+        """The active jobs in which ``node`` has not finished (it may hold or run them);
+        not those that wait for it ``offline``: it was never asked."""
         return [
             job_id
             for job_id in self._active_by_node.get(node, ())
-            if self.jobs[job_id].nodes[node].state not in TERMINAL_NODE_STATES
+            if self.jobs[job_id].nodes[node].state not in _NOT_HOLDING
         ]
 
     def targets_pending(self, node: str) -> bool:
@@ -539,6 +593,8 @@ class Coordinator:
 
     def _add(self, job: Job) -> None:
         self.jobs[job.job_id] = job
+        if not job.finished and job.offline_wait_ms > 0:
+            self._offline_jobs.add(job.job_id)
         if not job.finished:
             if job.job_id not in self._active:
                 self._unfinished_by[job.requested_by] += 1
@@ -559,6 +615,19 @@ class Coordinator:
         else:
             # Only the nodes that changed: a reply must not cost O(targets).
             self._index(job, {c.node for c in changes if isinstance(c, NodeChanged)})
+        if self._offline_jobs:
+            self._note_freed(changes)
+
+    def _note_freed(self, changes: list[Change]) -> None:
+        """The nodes ``changes`` let go (asked, now ended) that a job waits for ``offline``."""
+        for c in changes:
+            if (
+                isinstance(c, NodeChanged)
+                and c.state in TERMINAL_NODE_STATES
+                and c.prev is not NodeState.OFFLINE
+                and len(self._active_by_node.get(c.node, ())) > 0
+            ):
+                self._freed.add(c.node)
 
     def _index(self, job: Job, names: Iterable[str]) -> None:
         if job.awaiting_approval:
@@ -576,6 +645,7 @@ class Coordinator:
 
     def _retire(self, job_id: str) -> None:
         job = self.jobs[job_id]
+        self._offline_jobs.discard(job_id)
         for key in [k for k in self._stale_busy if k[0] == job_id]:  # rare: a few at most
             del self._stale_busy[key]
         if self._active.pop(job_id, None) is not None:

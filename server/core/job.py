@@ -40,6 +40,13 @@ vote as ``start`` would have; ``reject`` (who, why) or ``tick`` past the expiry 
 (``decision``, ``decided_by``, ``decided_ms``, ``reason``): it is in the job's snapshot
 and in the ``job_state`` event of the move (``records.py``), the audit of who let what run.
 
+A job started with ``offline_wait_ms`` (``job start --offline-wait``) keeps itself open
+for the targets offline at start until ``offline_until_ms``: they are ``offline`` instead
+of ``unavailable``, the quorum is judged over the others, and each that comes online in
+time is asked then (``admit``), votes alone if the job runs already, and runs once
+(``Late``, theory in ``offlinewait.py``). The job does not end while one waits; at the
+deadline the rest are ``unavailable``.
+
 Both levels are transition tables. An event that the table does not allow raises
 ``StateError`` and changes nothing: the caller decides whether that is a late reply to
 drop (a result after a timeout) or a bug. ``_node`` is the one place a node changes state,
@@ -57,13 +64,15 @@ Time is wall milliseconds (``now_ms``), because deadlines are persisted in snaps
 must survive a server restart.
 
 Why one module past 600 lines: it is one state machine. The vote, the run, the rolling
-batch and a takeover's unheard targets move the same nodes through the same table, and
-one input touches several of them (a lost node is ``unavailable`` if it was unheard, keeps
-its batch slot if it was in flight, may give the next node its turn and end the job).
-What each keeps of its own lives in an object the job owns and calls (``batch.Window``:
-the waiting queue and the in-flight deadlines; ``awaiting.Unheard``: who is waited for,
-until when), and the rows' encoding in ``snapshot.py``; the moves stay here, since cut
-along any other line the parts would have to read each other's fields.
+batch, a takeover's unheard targets and the offline wait move the same nodes through the
+same table, and one input touches several of them (a lost node is ``unavailable`` if it
+was unheard, waits on if it was never asked under ``--offline-wait``, keeps its batch
+slot if it was in flight, may give the next node its turn and end the job). What each
+keeps of its own lives in an object the job owns and calls (``batch.Window``: the
+waiting queue and the in-flight deadlines; ``awaiting.Unheard``: who is waited for,
+until when; ``offlinewait.Late``: the late voters' deadlines), and the rows' encoding in
+``snapshot.py``; the moves stay here, since cut along any other line the parts would
+have to read each other's fields.
 
 Killed at any line: nothing here is durable. The daemon persists a job's effects before
 it sends, and a restored job (``restore``) rebuilds from its snapshot the node counts and
@@ -92,6 +101,7 @@ from server.core.batch import (
 )
 from server.core.busywait import Blocked, gave_up
 from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING, Late, run_deadline_ms
 from server.core.policy import Hold
 from server.core.sealing import redacted
 from server.core.snapshot import (
@@ -135,6 +145,11 @@ class Job:
     # Held by the server's policy (``hold``): {rule, expires_ms, requester}, and once decided
     # {decision: approved|rejected|expired, decided_by, decided_ms, reason}. None: never held.
     approval: dict[str, Any] | None = None
+    # ``job start --offline-wait`` (``offlinewait.py``): how long targets offline at start
+    # are waited for (0: they are unavailable at once), and until when (set as the vote
+    # begins; persisted, so a new leader waits until the same instant).
+    offline_wait_ms: int = 0
+    offline_until_ms: int | None = None
     chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
@@ -151,9 +166,14 @@ class Job:
     _floor_ms: int = field(default=0, init=False, repr=False, compare=False)  # see ``rearm``
     # Started right after a takeover: the targets not heard yet (``awaiting.py``).
     _unheard: Unheard = field(default_factory=Unheard, init=False, repr=False, compare=False)
+    # Nodes asked to commit after the job began to run (``offlinewait.py``).
+    _late: Late = field(default_factory=Late, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
+        if self.state is JobState.RUNNING and self.offline_until_ms is not None:
+            asked = ((name, r.state, r.changed_ms) for name, r in self.nodes.items())
+            self._late.rebuild(asked, self.vote_timeout_ms)
         spec = BatchSpec.from_options(self.options)
         if spec is not None:
             self._window = Window(spec)
@@ -174,6 +194,7 @@ class Job:
         options: dict[str, Any] | None = None,
         requested_by: str = "",
         busy_wait_ms: int = 0,
+        offline_wait_ms: int = 0,
     ) -> Job:
         names = list(dict.fromkeys(nodes))
         if not names:
@@ -189,6 +210,7 @@ class Job:
             requested_by=requested_by,
             created_ms=now_ms,
             busy_wait_ms=busy_wait_ms,
+            offline_wait_ms=offline_wait_ms,
         )
 
     def note_left_running(self, node: str, left: tuple[str, ...]) -> bool:
@@ -301,9 +323,14 @@ class Job:
         vote_deadline_ms = self._unheard.wait(waited, unheard_until_ms, vote_deadline_ms)
         self.vote_deadline_ms = vote_deadline_ms
         awaits = self._unheard.awaits
+        if self.offline_wait_ms > 0:
+            self.offline_until_ms = now_ms + self.offline_wait_ms
         for name in self.nodes:
             if name not in alive and not awaits(name):
-                self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
+                if self.offline_until_ms is not None:
+                    self._node(name, NodeEvent.DEFER, now_ms, out, reason=WAITING)
+                else:
+                    self._node(name, NodeEvent.OFFLINE_AT_START, now_ms, out, reason="offline")
         blocked = {n: b for n, b in (busy or {}).items() if self._votes_now(n)}
         if self.busy_wait_ms > 0 and blocked:
             # Gated: the vote starts at ``open``; its deadline, until then, is the latest
@@ -445,6 +472,9 @@ class Job:
         return self._vote(node, NodeEvent.NACK_COMMIT, now_ms, reason)
 
     def _vote(self, node: str, event: NodeEvent, now_ms: int, reason: str) -> list[Effect]:
+        record = self.nodes.get(node)
+        if self.state is JobState.RUNNING and record is not None and node in self._late.voters:
+            return self._late_vote(node, event, now_ms, reason)
         if self.state is not JobState.VOTING:
             raise StateError(f"job {self.job_id}: vote from {node} while {self.state}")
         out: list[Effect] = []
@@ -480,12 +510,19 @@ class Job:
             return []
         if self.state not in (JobState.VOTING, JobState.RUNNING):
             return []
+        if record.state is NodeState.OFFLINE:
+            return []  # never asked: restarted or gone again, it just goes on waiting
         out: list[Effect] = []
         if not restarted:
             self._hold_slot(node)
+        self._late.voted(node)
         # One this leader has yet to hear from was never asked to commit: not crashed.
-        # One a gated job never asked either (``open`` had not come).
+        # One a gated job never asked either (``open`` had not come). Under
+        # ``--offline-wait`` such a node waits for its return instead.
         never_asked = self._unheard.lost(node) or self.gated
+        if never_asked and self._offline_waits(now_ms):
+            self._node(node, NodeEvent.DEFER, now_ms, out, reason=WAITING)
+            return out
         event = NodeEvent.UNHEARD if never_asked else NodeEvent.LOST
         self._node(node, event, now_ms, out, reason=reason)
         if self.state is JobState.VOTING:
@@ -498,6 +535,88 @@ class Job:
     def heard(self, node: str) -> None:
         """``node`` came online: if this job still waited to hear it, it votes from now."""
         self._unheard.heard(node)
+
+    # --- waiting for offline nodes (``offlinewait.py``) ---------------------------------
+
+    def _offline_waits(self, now_ms: int) -> bool:
+        """Whether a node never asked may still wait for its return."""
+        return self.offline_until_ms is not None and now_ms < self.offline_until_ms
+
+    def admit(self, node: str, now_ms: int) -> list[Effect]:
+        """``node`` came online: if it waited ``offline``, it is asked to commit now (the
+        move is before the ``commit`` in the effects: durable before it leaves). A gated
+        job asks it with the others at ``open``."""
+        record = self.nodes.get(node)
+        if record is None or record.state is not NodeState.OFFLINE:
+            return []
+        if self.state not in (JobState.VOTING, JobState.RUNNING):
+            return []
+        if not self._offline_waits(now_ms):
+            return []  # too late: ``tick`` gives it up
+        out: list[Effect] = []
+        record.reason = ""  # it no longer waits: the row says nothing until it answers
+        self._node(node, NodeEvent.ADMIT, now_ms, out)
+        if self.gated:
+            return out
+        if self.state is JobState.RUNNING:
+            self._late.asked(node, now_ms, self.vote_timeout_ms)
+        out.append(Send("commit", self.job_id, node))
+        return out
+
+    def give_up(self, node: str, now_ms: int, reason: str) -> list[Effect]:
+        """``node``, waited for ``offline``, cannot come back (its key was revoked): it is
+        ``unavailable`` with ``reason`` now, and the job may end."""
+        record = self.nodes.get(node)
+        if record is None or record.state is not NodeState.OFFLINE:
+            return []
+        out: list[Effect] = []
+        self._node(node, NodeEvent.GIVE_UP, now_ms, out, reason=reason)
+        if self.state is JobState.VOTING:
+            self._maybe_end_voting(now_ms, out, deadline_passed=False)
+        else:
+            self._maybe_complete(now_ms, out)
+        return out
+
+    def _late_vote(self, node: str, event: NodeEvent, now_ms: int, reason: str) -> list[Effect]:
+        """A late node's vote while the job runs: it votes alone; ready, it runs at once
+        (a batch job: it queues for the window)."""
+        self._late.voted(node)
+        out: list[Effect] = []
+        self._node(node, event, now_ms, out, reason=reason)
+        if event is NodeEvent.ACK_COMMIT:
+            if self._window is None:
+                # Its run is timed from now, not from the job's (``records.py``): the wait
+                # for it is not run time.
+                self.nodes[node].turn_ms = now_ms
+                out.append(Send("run", self.job_id, node))
+            else:
+                self._node(node, NodeEvent.WAIT_TURN, now_ms, out)
+                self._window.wait(node, now_ms)
+                self._advance(now_ms, out)
+        self._maybe_complete(now_ms, out)
+        return out
+
+    def _offline_tick(self, now_ms: int, out: list[Effect]) -> None:
+        """Late voters silent past their vote deadline; at the offline-wait deadline, the
+        nodes still ``offline``, in target order."""
+        for name in self._late.silent(now_ms):
+            if self.nodes[name].state is NodeState.NEW:
+                why = "no vote before the deadline"
+                self._node(name, NodeEvent.NO_VOTE, now_ms, out, reason=why)
+                out.append(Send("abort", self.job_id, name))  # in case its commit arrives late
+        if self.offline_until_ms is None or now_ms < self.offline_until_ms:
+            return
+        if self._counts[NodeState.OFFLINE]:
+            self._give_up_offline(GAVE_UP, now_ms, out)
+
+    def _give_up_offline(self, reason: str, now_ms: int, out: list[Effect]) -> None:
+        for name, record in self.nodes.items():
+            if record.state is NodeState.OFFLINE:
+                self._node(name, NodeEvent.GIVE_UP, now_ms, out, reason=reason)
+
+    def _offline_deadline_ms(self) -> int | None:
+        until = self.offline_until_ms if self._counts[NodeState.OFFLINE] else None
+        return self._late.deadline_ms(until)
 
     def release_slot(self, node: str, now_ms: int) -> list[Effect]:
         """``node``, lost in flight, is heard not running this job: its slot frees."""
@@ -514,8 +633,9 @@ class Job:
         self._job(JobEvent.ABORT, now_ms, out)
         for name, record in self.nodes.items():
             if record.state not in TERMINAL_NODE_STATES:
+                asked = record.state is not NodeState.OFFLINE
                 self._node(name, NodeEvent.ABORT, now_ms, out, reason=reason)
-                if self.started_ms is not None:  # only a started job sent commits
+                if self.started_ms is not None and asked:  # only a started job sent commits
                     out.append(Send("abort", self.job_id, name))
         return out
 
@@ -529,21 +649,28 @@ class Job:
             self._decide("expired", "", "approval expired", now_ms)
             return self._not_approved(JobEvent.EXPIRE, "approval expired", now_ms)
         if self.state is JobState.VOTING:
+            self._offline_tick(now_ms, out)
             self._hear_no_more(now_ms, out)
             # A gated job's bound is the coordinator's to apply (``open``): it knows who
             # is busy. Its vote deadline falls after the bound.
             passed = now_ms >= (self.vote_deadline_ms or 0) and not self.gated
             self._maybe_end_voting(now_ms, out, deadline_passed=passed)
             return out
+        self._offline_tick(now_ms, out)
         if self._window is not None:  # per-node run deadlines, and the next start
             self._batch_tick(self._window, now_ms, out)
             self._maybe_complete(now_ms, out)
             return out
+        self._maybe_complete(now_ms, out)  # the last node waited for was given up
+        if self.finished or now_ms < (self.run_deadline_ms or 0):
+            return out
         self._job(JobEvent.TIMEOUT, now_ms, out)
         for name, record in self.nodes.items():
             if record.state not in TERMINAL_NODE_STATES:
+                asked = record.state is not NodeState.OFFLINE
                 self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
-                out.append(Send("abort", self.job_id, name))
+                if asked:
+                    out.append(Send("abort", self.job_id, name))
         return out
 
     def crash(self, now_ms: int, reason: str) -> list[Effect]:
@@ -552,14 +679,18 @@ class Job:
         self._job(JobEvent.CRASH, now_ms, out)
         for name, record in self.nodes.items():
             if record.state not in TERMINAL_NODE_STATES:
+                asked = record.state is not NodeState.OFFLINE
                 self._node(name, NodeEvent.LOST, now_ms, out, reason=reason)
-                out.append(Send("abort", self.job_id, name))
+                if asked:
+                    out.append(Send("abort", self.job_id, name))
         return out
 
     # --- derived ------------------------------------------------------------------------
 
     def rearm(self, earliest_ms: int) -> None:
-        """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover)."""
+        """Move the pending deadline to ``earliest_ms`` if it falls before (a takeover);
+        never the offline-wait deadline (``offlinewait.py``), only its late voters'."""
+        self._late.floor(earliest_ms)
         if self.gated and (self.gate_until_ms or 0) < earliest_ms:
             self.gate_until_ms = earliest_ms  # who is busy is known once nodes are heard
         if self.state is JobState.VOTING and (self.vote_deadline_ms or 0) < earliest_ms:
@@ -576,13 +707,13 @@ class Job:
         if self.state is JobState.VOTING:
             due = self._unheard.deadline_ms(self.vote_deadline_ms)
             if self.gated and self.gate_until_ms is not None:
-                return self.gate_until_ms if due is None else min(due, self.gate_until_ms)
-            return due
+                due = self.gate_until_ms if due is None else min(due, self.gate_until_ms)
+            return _earliest(due, self._offline_deadline_ms())
         if self.state is not JobState.RUNNING:
             return None
         if self._window is None:
-            return self.run_deadline_ms
-        return self._batch_deadline_ms(self._window)
+            return _earliest(self.run_deadline_ms, self._offline_deadline_ms())
+        return _earliest(self._batch_deadline_ms(self._window), self._offline_deadline_ms())
 
     @property
     def finished(self) -> bool:
@@ -676,6 +807,8 @@ class Job:
             "busy_wait_ms": self.busy_wait_ms,
             "gate_until_ms": self.gate_until_ms,
             "approval": self.approval,
+            "offline_wait_ms": self.offline_wait_ms,
+            "offline_until_ms": self.offline_until_ms,
             "summary": self.summary(),
             "targets": len(self.nodes),
             **self._batch_fields(),
@@ -720,6 +853,9 @@ class Job:
             busy_wait_ms=int(snap.get("busy_wait_ms") or 0),
             gate_until_ms=snap.get("gate_until_ms"),
             approval=snap.get("approval"),  # a job written before approvals: never held
+            # A job written before ``--offline-wait`` never waits for offline nodes.
+            offline_wait_ms=int(snap.get("offline_wait_ms") or 0),
+            offline_until_ms=snap.get("offline_until_ms"),
             chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 
@@ -745,9 +881,13 @@ class Job:
         unheard = self._unheard.over(now_ms)
         if not unheard:
             return
+        defer = self._offline_waits(now_ms)  # ``--offline-wait``: it waits on, ``offline``
         for name, record in self.nodes.items():
             if name in unheard and record.state is NodeState.NEW:
-                self._node(name, NodeEvent.UNHEARD, now_ms, out, reason=UNHEARD)
+                if defer:
+                    self._node(name, NodeEvent.DEFER, now_ms, out, reason=WAITING)
+                else:
+                    self._node(name, NodeEvent.UNHEARD, now_ms, out, reason=UNHEARD)
 
     def _maybe_end_voting(self, now_ms: int, out: list[Effect], *, deadline_passed: bool) -> None:
         if self._counts[NodeState.NEW] and not deadline_passed:
@@ -757,11 +897,18 @@ class Job:
             self._node(name, NodeEvent.NO_VOTE, now_ms, out, reason="no vote before the deadline")
             out.append(Send("abort", self.job_id, name))  # in case its commit arrives late
         ready = [n for n, r in self.nodes.items() if r.state is NodeState.READY]
-        if ready and len(ready) >= self.quorum.required(len(self.nodes)):
+        # Judged over the nodes that could vote: not those waited for ``offline``
+        # (``offlinewait.py``). Nobody could: it runs each as it comes.
+        offline = self._counts[NodeState.OFFLINE]
+        voters = len(self.nodes) - offline
+        if (ready or not voters) and len(ready) >= self.quorum.required(voters):
             self._job(JobEvent.QUORUM_MET, now_ms, out)
             self.run_started_ms = now_ms
             if self._window is None:
-                self.run_deadline_ms = now_ms + self.run_timeout_ms
+                until = self.offline_until_ms if offline else None
+                self.run_deadline_ms = run_deadline_ms(
+                    now_ms, self.run_timeout_ms, self.vote_timeout_ms, until
+                )
                 out.extend(Send("run", self.job_id, name) for name in ready)
                 return
             for name in ready:
@@ -774,10 +921,18 @@ class Job:
         for name in ready:
             self._node(name, NodeEvent.QUORUM_LOST, now_ms, out, reason="quorum failed")
             out.append(Send("abort", self.job_id, name))
+        if offline:
+            self._give_up_offline(NO_QUORUM, now_ms, out)
 
     def _maybe_complete(self, now_ms: int, out: list[Effect]) -> None:
         c = self._counts
-        unfinished = (NodeState.NEW, NodeState.READY, NodeState.RUNNING, NodeState.WAITING)
+        unfinished = (
+            NodeState.NEW,
+            NodeState.READY,
+            NodeState.RUNNING,
+            NodeState.WAITING,
+            NodeState.OFFLINE,
+        )
         if not any(c[state] for state in unfinished):
             halted = c[NodeState.SKIPPED] > 0  # only a spent failure budget skips nodes
             self._job(JobEvent.HALT if halted else JobEvent.ALL_DONE, now_ms, out)
@@ -825,6 +980,15 @@ class Job:
             self.nodes[name].turn_ms = now_ms
             window.started(name, now_ms, self.run_timeout_ms)
             out.append(Send("run", self.job_id, name))
+        if self._counts[NodeState.OFFLINE]:
+            # Spent, the budget starts no node any more: nor one waited for offline, which
+            # would only be asked to be skipped (``offlinewait.py``).
+            budget = window.spec.budget(len(self.nodes))
+            failures = sum(self._counts[s] for s in FAILURE_STATES)
+            if budget is not None and failures >= budget:
+                for name, record in self.nodes.items():
+                    if record.state is NodeState.OFFLINE:
+                        self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
 
     def _batch_tick(self, window: Window, now_ms: int, out: list[Effect]) -> None:
         """Per-node run deadlines that passed, the window's next start, held commits."""
@@ -852,3 +1016,7 @@ class Job:
         lost = min(window.lost.values(), default=None)
         deadlines = [d for d in (due, first, refresh, lost) if d is not None]
         return max(min(deadlines), self._floor_ms) if deadlines else None
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)

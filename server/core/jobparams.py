@@ -44,6 +44,9 @@ class JobRequest:
     # How long the job may wait for busy nodes before its vote (``busywait.py``); None:
     # it does not wait (a busy node refuses it). A schedule's fire: its own wait's bound.
     busy_wait_s: float | None = None
+    # How long targets offline at start are waited for (``offlinewait.py``); None: they
+    # are unavailable at once.
+    offline_wait_s: float | None = None
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -184,6 +187,7 @@ def job_params(
         "timeout_s": _num(params, "timeout_s"),
         "vote_timeout_s": _num(params, "vote_timeout_s"),
         "busy_wait_s": _num(params, "busy_wait_s"),
+        "offline_wait_s": _num(params, "offline_wait_s"),
         "options": options,
     }
 
@@ -213,4 +217,5 @@ def job_request(job: Mapping[str, Any]) -> JobRequest:
         vote_timeout_s=_num(job, "vote_timeout_s"),
         options=dict(job.get("options") or {}),
         busy_wait_s=_num(job, "busy_wait_s"),  # kept by a version before it: None
+        offline_wait_s=_num(job, "offline_wait_s"),  # likewise
     )

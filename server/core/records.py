@@ -3,7 +3,8 @@
 Event record, one per change of a job, keyed ``job:<id>``: ``ts``, ``kind`` (job_created,
 job_state, output), ``job_id``, ``node``, ``state``, ``prev_state``, ``command``,
 ``exit_status``, ``duration_ms``, ``server``; ``output`` records add the captured text.
-A node's ``duration_ms`` runs from the job's runs (a batch job's node: from its turn).
+A node's ``duration_ms`` runs from the job's runs (a batch job's node, or one that came
+late to a job waiting for offline nodes: from its turn).
 
 A job held for approval (``policy.py``) says so in the ``job_state`` records of its moves
 into and out of ``awaiting_approval``: they carry ``approval``, the job's hold and decision
@@ -111,7 +112,8 @@ def job_events(
         key = f"job:{job.job_id}"
         if isinstance(change, NodeChanged):
             node, at = change.node, change.at_ms
-            # A batch job's node runs from its turn, not from the job's first runs.
+            # A batch job's node runs from its turn, not from the job's first runs; so does
+            # a node that came late to a job waiting for offline nodes.
             turn = job.nodes[node].turn_ms
             started = job.run_started_ms if turn is None else turn
             reason = change.reason or None

@@ -42,7 +42,9 @@ class NodeRecord:
     changed_ms: int = 0
     voted_ms: int | None = None  # commit ack/nack: dispatch-to-ack latency
     finished_ms: int | None = None
-    turn_ms: int | None = None  # batch jobs: when the node was told to run
+    # When the node was told to run: a batch job's nodes, and a node that came late to a
+    # job that ran already (``offlinewait.py``); else the job's ``run_started_ms``.
+    turn_ms: int | None = None
     left_running: tuple[str, ...] = ()  # processes of the job its agent could not kill
 
 
@@ -55,7 +57,7 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
         "voted_ms": r.voted_ms,
         "finished_ms": r.finished_ms,
     }
-    if r.turn_ms is not None:  # only batch jobs: other rows stay as they were
+    if r.turn_ms is not None:  # batch jobs and late nodes only: other rows stay as they were
         row["turn_ms"] = r.turn_ms
     if r.left_running:  # only when an agent reported some: other rows stay as they were
         row["left_running"] = list(r.left_running)

@@ -35,6 +35,11 @@ class NodeEvent(StrEnum):
     UNHEARD = "unheard"
     # The job was rejected, or its approval expired, before any node was asked.
     NOT_APPROVED = "not_approved"
+    # ``--offline-wait`` (``offlinewait.py``): offline at start, it waits; it comes online
+    # (and is asked), or the wait ends without it (the deadline, a failed quorum).
+    DEFER = "defer"
+    ADMIT = "admit"
+    GIVE_UP = "give_up"
 
 
 class JobEvent(StrEnum):
@@ -90,6 +95,16 @@ NODE_TRANSITIONS: Mapping[tuple[NodeState, NodeEvent], NodeState] = {
     (N.NEW, NodeEvent.UNHEARD): N.UNAVAILABLE,
     # Never asked: a job that was not approved skips every target.
     (N.NEW, NodeEvent.NOT_APPROVED): N.SKIPPED,
+    # Offline at start under ``--offline-wait``: never asked until it comes online.
+    (N.NEW, NodeEvent.DEFER): N.OFFLINE,
+    (N.OFFLINE, NodeEvent.ADMIT): N.NEW,
+    (N.OFFLINE, NodeEvent.GIVE_UP): N.UNAVAILABLE,
+    (N.OFFLINE, NodeEvent.ABORT): N.ABORTED,
+    # A batch job's failure budget is spent: it starts no node any more.
+    (N.OFFLINE, NodeEvent.HALT): N.SKIPPED,
+    # The job ended under it (run deadline, server crash): it was never asked.
+    (N.OFFLINE, NodeEvent.TIMEOUT): N.UNAVAILABLE,
+    (N.OFFLINE, NodeEvent.LOST): N.UNAVAILABLE,
 }
 
 JOB_TRANSITIONS: Mapping[tuple[JobState, JobEvent], JobState] = {

@@ -193,11 +193,19 @@ class Jobs:
         if self.leadership.leader:
             self.changes += self.coordinator.node_lost(node, now_ms, reason, restarted=restarted)
 
-    def node_online(self, node: str) -> None:
+    def gone(self, node: str, now_ms: int, reason: str) -> None:
+        """``node`` cannot come back (its key was revoked): not waited for offline."""
+        if self.leadership.leader:
+            self.changes += self.coordinator.gone(node, now_ms, reason)
+
+    def node_online(self, node: str, now_ms: int) -> None:
         if self.grace_until_ms is not None:
             self.heard.add(node)
         if self.leadership.leader:
+            # Repeats first, then a job that waited for it offline asks it: a change,
+            # durable before its commit leaves (``flush``), and not repeated at once.
             self.sends += self.coordinator.node_online(node)
+            self.changes += self.coordinator.admit(node, now_ms)
 
     def node_event(self, node: str, state: str, now_ms: int, reason: str | None = None) -> None:
         """``node`` went ``online`` or ``offline``: written with the turn's others."""
@@ -223,7 +231,12 @@ class Jobs:
 
     def tick(self, now_ms: int) -> None:
         if self.leadership.leader:
-            self.changes += self.coordinator.tick(now_ms)
+            coordinator = self.coordinator
+            self.changes += coordinator.tick(now_ms)
+            # A node another job let go, waited for offline by a job: its turn now.
+            for node in coordinator.take_freed():
+                if self.liveness.is_online(node):
+                    self.changes += coordinator.admit(node, now_ms)
 
     def forget_sent(self, now_ms: int) -> None:
         self.sender.forget(now_ms - ASKED_KEEP_MS)
@@ -272,6 +285,7 @@ class Jobs:
             "run_timeout_s": run_timeout_s,
             "vote_timeout_s": vote_timeout_s,
             "busy_wait_s": request.busy_wait_s,
+            "offline_wait_s": request.offline_wait_s,
             "options": request.options,
             "requested_by": caller,
             "created_ms": now_ms,
@@ -296,6 +310,7 @@ class Jobs:
             unheard=self._awaited(targets, unheard),
             unheard_until_ms=self.grace_until_ms,
             busy_wait_ms=round((request.busy_wait_s or 0) * 1000),
+            offline_wait_ms=round((request.offline_wait_s or 0) * 1000),
             hold=hold,
         )
         log.info("job %s: %s on %d nodes, by %s", job_id, request.command, len(targets), caller)

@@ -143,7 +143,7 @@ class NodeIntake:
                 # edge started again): what that edge was to send it may be lost with it.
                 # Sent again now, as to a node that reappeared.
                 self.counters["edge_moves"] += 1
-                self.jobs.node_online(node)
+                self.jobs.node_online(node, now_ms)
         for node, reason in report.offline:
             if owner(node) != edge:
                 continue
@@ -193,7 +193,7 @@ class NodeIntake:
         self.counters["node_online"] += 1
         self.went_online.append(f"{node} online")
         self.jobs.node_event(node, "online", now_ms)
-        self.jobs.node_online(node)
+        self.jobs.node_online(node, now_ms)
 
     def offline(self, event: NodeOffline, now_ms: int, reason: str, *, via: str = "") -> None:
         """``event`` acted on; ``via``: the edge that said so (for the log line only)."""
@@ -210,6 +210,8 @@ class NodeIntake:
             self.offline(went, now_ms, reason)
         else:
             self.jobs.node_lost(node, now_ms, reason)
+        # It cannot come back: the jobs that wait for it offline wait no more.
+        self.jobs.gone(node, now_ms, reason)
 
     def log_transitions(self) -> None:
         """One line per node while few change in a turn; past ``LOG_EACH``, one line for

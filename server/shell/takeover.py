@@ -34,7 +34,7 @@ from typing import Any
 
 from pushjobs.errors import PushJobsError
 from pushjobs.protocol.messages import Message
-from pushjobs.states import TERMINAL_NODE_STATES
+from pushjobs.states import TERMINAL_NODE_STATES, NodeState
 from server.core import records
 from server.core.coordinator import Change, Coordinator
 from server.core.job import Job
@@ -90,7 +90,8 @@ def _unfinished(jobs: Iterable[Job]) -> Iterable[str]:
         if job.awaiting_approval:
             continue  # no node was asked anything: none owes a result
         for name, rec in job.nodes.items():
-            if rec.state not in TERMINAL_NODE_STATES:
+            # One waited for ``offline`` (``offlinewait.py``) was never asked: it owes none.
+            if rec.state not in TERMINAL_NODE_STATES and rec.state is not NodeState.OFFLINE:
                 yield name
 
 

@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.jobview import exit_code_for, node_table, progress_line, summary_text
+from pushjobs.cli.job_commands import job_params
+from pushjobs.cli.jobview import (
+    exit_code_for,
+    headline,
+    local_time,
+    node_table,
+    progress_line,
+    summary_text,
+)
 
 
 def job(state: str, *node_states: str) -> dict[str, Any]:
@@ -46,3 +54,34 @@ def test_rendering_names_every_node_and_counts() -> None:
     lines = node_table(j).splitlines()
     assert lines[0].split() == ["NODE", "STATE", "EXIT", "REASON"]
     assert [line.split()[0] for line in lines[1:]] == ["n0", "n1", "n2"]
+
+
+def test_a_job_waiting_for_offline_nodes_says_how_many_and_until_when() -> None:
+    j = job("running", "succeeded", "offline", "offline")
+    j["offline_until_ms"] = 1_700_000_000_000
+    until = local_time(1_700_000_000_000)
+    assert (
+        headline(j)
+        == f"job j1 running: 2 offline, 1 succeeded; 2 offline, waited for until {until}"
+    )
+    assert "waited for" not in headline(job("running", "succeeded"))  # none waits
+
+
+def test_offline_wait_is_a_duration_sent_in_seconds() -> None:
+    params = job_params(
+        "true",
+        ["laptop-*"],
+        quorum="100%",
+        timeout=None,
+        vote_timeout=None,
+        capture=False,
+        cwd=None,
+        env=None,
+        secret_env=None,
+        env_file=None,
+        batch=None,
+        batch_wait=None,
+        max_failures=None,
+        offline_wait="1h30m",
+    )
+    assert params["offline_wait_s"] == 5400

@@ -1,4 +1,5 @@
-"""docs/cli.md, run as written: its code blocks ("Environment and secrets"), in order.
+"""docs/cli.md, run as written: its code blocks ("Environment and secrets", "Waiting for
+offline nodes"), in order, on one fleet.
 
 The page builds on docs/fleet.md, so the test starts from its fleet (``set_up_fleet``).
 How the blocks run (an ``export`` line's value kept for the lines after it, the env file
@@ -10,6 +11,7 @@ to check what the page says of them.
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -20,7 +22,7 @@ PAGE = DOCS / "cli.md"
 
 def test_environment_and_secrets_reach_the_command_and_stay_secret(walk: Walkthrough) -> None:
     set_up_fleet(walk)
-    found = blocks(PAGE)
+    found = blocks(PAGE, "## Environment and secrets")
     assert [kind for kind, _ in found] == ["sh", "dotenv", "sh"], "the page's blocks changed"
     for kind, body in found:
         walk.block(kind, body)
@@ -63,3 +65,21 @@ def test_environment_and_secrets_reach_the_command_and_stay_secret(walk: Walkthr
     for out in outputs[1:]:
         assert "database password given" in out, out
         assert secret not in out
+
+    offline_wait(walk)
+
+
+def offline_wait(walk: Walkthrough) -> None:
+    """ "Waiting for offline nodes": a node whose key is accepted but never heard waits,
+    visibly, until the job is aborted (on the same fleet: a fleet of its own would cost
+    the suite seconds for a few CLI lines)."""
+    (found,) = blocks(PAGE, "## Waiting for offline nodes")
+    assert found[0] == "sh", "the section's blocks changed"
+    walk.block(*found)
+    status = walk.outputs["pushjobs job status $JOB"]
+    assert "1 offline, waited for until" in status, status
+    assert re.search(r"laptop-01\s+offline\s", status), status
+    shown = walk.bash(f"pushjobs job status {walk.env['JOB']} --json")  # exits 5: aborted
+    job = json.loads(shown.stdout)
+    assert job["state"] == "aborted", job
+    assert job["nodes"]["laptop-01"]["state"] == "aborted", job["nodes"]

@@ -50,8 +50,9 @@ class Failover(Fleet):
 
 
 @contextlib.contextmanager
-def failover_fleet(tmp_path: Path) -> Iterator[Failover]:
-    sandbox = Sandbox(tmp_path / "fleet", whitelist=WHITELIST).prepare()
+def failover_fleet(tmp_path: Path, nodes: list[str] | None = None) -> Iterator[Failover]:
+    extra = {} if nodes is None else {"nodes": nodes}
+    sandbox = Sandbox(tmp_path / "fleet", whitelist=WHITELIST, **extra).prepare()
     try:
         sandbox.start_server()
         standby = start_second_server(sandbox)

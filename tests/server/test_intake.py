@@ -28,8 +28,11 @@ class RecordedJobs:
     def node_lost(self, node: str, now_ms: int, reason: str, *, restarted: bool = False) -> None:
         self.calls.append(("lost", node, reason))
 
-    def node_online(self, node: str) -> None:
+    def node_online(self, node: str, now_ms: int) -> None:
         self.calls.append(("online", node))
+
+    def gone(self, node: str, now_ms: int, reason: str) -> None:
+        self.calls.append(("gone", node, reason))
 
     def node_event(self, node: str, state: str, now_ms: int, reason: str | None = None) -> None:
         self.calls.append(("event", node, state))
@@ -140,7 +143,10 @@ def test_a_cut_off_node_goes_offline_or_at_least_is_lost_to_its_jobs() -> None:
     assert ("lost", "n1", "key revoked") in jobs.calls
     jobs.calls.clear()
     intake.cut_off("never-seen", 0.1, T0, "key revoked")
-    assert jobs.calls == [("lost", "never-seen", "key revoked")]
+    assert jobs.calls == [
+        ("lost", "never-seen", "key revoked"),
+        ("gone", "never-seen", "key revoked"),  # not waited for offline any more
+    ]
 
 
 def test_behind_it_sheds_stale_heartbeats_unread_reads_replies_and_judges_nobody_on_them() -> None:

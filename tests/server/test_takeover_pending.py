@@ -237,7 +237,7 @@ class Leader:
     def hear(self, name: str) -> None:
         """``name`` came online here (one heartbeat: the threshold is 1)."""
         self.nodes.heartbeat(name, "inc", "tcp://x", None, None, restarted=False, now=self.now)
-        self.jobs.node_online(name)
+        self.jobs.node_online(name, self.clock.wall_ms())
 
     def reply(self, message: Any) -> None:
         self.jobs.reply(message, self.clock.wall_ms())
