@@ -86,6 +86,9 @@ def test_a_bare_star_is_refused_outright(approving: Fleet) -> None:
     assert approving.wait_job(approving.start("hello", NODES)["job_id"])["state"] == "complete"
 
 
+# 12 s: bench/drills.py (the suite: docs/approvals.md's recipe on a real fleet,
+# test_docs_approvals.py, and tests/server/test_approvals.py's expiry and rebuild).
+@pytest.mark.drill
 def test_held_approved_by_another_admin_rejected_expired_through_a_restart(
     approving: Fleet,
 ) -> None:

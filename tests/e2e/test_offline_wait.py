@@ -29,6 +29,9 @@ pytestmark = pytest.mark.e2e
 WAIT_S = 8
 
 
+# 11 s: bench/drills.py (the suite: docs/cli.md's --offline-wait recipe on a real fleet,
+# test_docs_cli.py, and tests/server/test_offline_wait.py's takeover through the log).
+@pytest.mark.drill
 def test_offline_nodes_run_once_when_back_across_a_failover_or_end_unavailable(
     tmp_path: Path,
 ) -> None:
