@@ -227,6 +227,7 @@ class Server:
             known_nodes=partial(registered_nodes, registry),
             policy=config.policy,
             role_of=partial(user_role, registry),
+            halt=config.halt,
         )
         # Every server fires the schedules of its partitions; the leader starts their jobs.
         self.scheduler = Scheduler(
@@ -319,6 +320,7 @@ class Server:
         poller.register(self.channels.api, zmq.POLLIN)
         poller.register(self.channels.heartbeat, zmq.POLLIN)
         poller.register(self.handshakes.socket, zmq.POLLIN)
+        poller.register(self.jobs.checks.fd, zmq.POLLIN)
         if self.edges is not None:
             poller.register(self.edges.router, zmq.POLLIN)
             self.await_edges()
@@ -372,6 +374,8 @@ class Server:
             self.channels.subscriptions()
         if self.handshakes.socket in ready:
             self.handshakes.receive(now)
+        if self.jobs.checks.fd in ready:
+            self.jobs.health(now_ms)
         if self.edges is not None and self.edges.router in ready:
             for edge, report in self.edges.receive(now, now_ms):
                 unowned = self.intake.edge_report(edge, report, self.edges.edge_of, now, now_ms)
@@ -561,6 +565,7 @@ class Server:
                 self.checkpoints.write()  # what this server chained, signed before it goes
         finally:
             self.handshakes.close()  # its monitor socket first: the context waits for it
+            self.jobs.checks.close()
             self.transport.close()
             self.log.close()
 

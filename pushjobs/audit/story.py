@@ -144,6 +144,8 @@ def _event(story: Story, doc: dict[str, Any], rec: Record) -> None:
         story.state = doc.get("state")
         summary = doc.get("summary")
         detail = ", ".join(f"{k} {v}" for k, v in summary.items()) if summary else ""
+        if doc.get("halt_reason"):  # a batch job halted: its budget, or its health signal
+            detail = f"{detail}; {doc['halt_reason']}" if detail else str(doc["halt_reason"])
         story.steps.append(Step(ts, f"{doc.get('prev_state')} -> {doc.get('state')}", None, detail))
     elif kind == "node_state" and isinstance(doc.get("node"), str):
         story.nodes.setdefault(doc["node"], []).append(

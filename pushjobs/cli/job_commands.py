@@ -7,6 +7,7 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -24,6 +25,10 @@ from pushjobs.cli.jobopts import (
     CwdOpt,
     EnvFileOpt,
     EnvOpt,
+    HaltCheckEveryOpt,
+    HaltCheckTimeoutOpt,
+    HaltIfAlertOpt,
+    HaltIfOpt,
     MaxFailuresOpt,
     NodesArg,
     OfflineWaitOpt,
@@ -201,6 +206,7 @@ def job_params(
     max_failures: str | None,
     busy_wait: str | None = None,
     offline_wait: str | None = None,
+    halt: HaltOptions | None = None,
 ) -> dict[str, Any]:
     """The ``job.start`` params of the job options (``jobopts.py``), checked as far as
     the CLI can: ``job start`` and ``schedule add`` build them alike."""
@@ -229,7 +235,43 @@ def job_params(
         params["busy_wait_s"] = duration_s(busy_wait, "--busy-wait")
     if offline_wait is not None:
         params["offline_wait_s"] = duration_s(offline_wait, "--offline-wait")
+    if halt is not None:
+        params.update(halt.params(batch is not None))
     return params
+
+
+@dataclass(frozen=True, slots=True)
+class HaltOptions:
+    """``--halt-if``, ``--halt-if-alert`` and their timing, as typed."""
+
+    check: str | None = None
+    alert: str | None = None
+    every: str | None = None
+    timeout: str | None = None
+
+    def params(self, batch: bool) -> dict[str, Any]:
+        """The ``job.start`` params of a health signal; a usage error names the option."""
+        if self.check is None and self.alert is None:
+            if self.every is not None or self.timeout is not None:
+                raise usage(
+                    "--halt-check-every and --halt-check-timeout need --halt-if or --halt-if-alert"
+                )
+            return {}
+        if self.check is not None and self.alert is not None:
+            raise usage("name one health signal: --halt-if or --halt-if-alert")
+        if not batch:
+            raise usage(
+                "--halt-if and --halt-if-alert need --batch: without batches every node "
+                "starts at once, and nothing is left to stop"
+            )
+        out: dict[str, Any] = (
+            {"halt_if": self.check} if self.check is not None else {"halt_if_alert": self.alert}
+        )
+        if self.every is not None:
+            out["halt_check_every_s"] = duration_s(self.every, "--halt-check-every")
+        if self.timeout is not None:
+            out["halt_check_timeout_s"] = duration_s(self.timeout, "--halt-check-timeout")
+        return out
 
 
 @app.command("start")
@@ -250,6 +292,10 @@ def start(
     max_failures: MaxFailuresOpt = None,
     busy_wait: BusyWaitOpt = None,
     offline_wait: OfflineWaitOpt = None,
+    halt_if: HaltIfOpt = None,
+    halt_if_alert: HaltIfAlertOpt = None,
+    halt_check_every: HaltCheckEveryOpt = None,
+    halt_check_timeout: HaltCheckTimeoutOpt = None,
     nowait: Annotated[bool, typer.Option("--nowait", help="Print the job id and return.")] = False,
     abort_on_interrupt: Annotated[
         bool,
@@ -275,6 +321,9 @@ def start(
     Laptops: pushjobs job start patch 'laptop-*' --offline-wait 8h --nowait (each runs it
     once it is back; without --nowait this follows the job until then)
 
+    Halting on health: pushjobs job start deploy 'web-*' --batch 10% --halt-if
+    '/usr/local/bin/check-web' (a check the server's \\[halt] checks lists)
+
     Each node's env policy decides which variables a job may set; a refused one is named
     in that node's nack.
 
@@ -298,6 +347,7 @@ def start(
         max_failures=max_failures,
         busy_wait=busy_wait,
         offline_wait=offline_wait,
+        halt=HaltOptions(halt_if, halt_if_alert, halt_check_every, halt_check_timeout),
     )
     with userconfig.connect(config, server) as client, reading_reply():
         try:

@@ -91,6 +91,50 @@ MaxFailuresOpt = Annotated[
     ),
 ]
 
+HaltIfOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--halt-if",
+        metavar="CMD",
+        help="With --batch: a health check the server runs on its host before each batch "
+        "and every --halt-check-every while nodes wait; when it fails (non-zero exit, or "
+        "its timeout) no node starts any more and the job ends halted. Only a command the "
+        "server's \\[halt] checks lists, exactly as written there.",
+        show_default=False,
+    ),
+]
+
+HaltIfAlertOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--halt-if-alert",
+        metavar="NAME",
+        help="With --batch: halt as --halt-if does while the Prometheus alert NAME fires "
+        "(the server's \\[halt] prometheus_url; Prometheus unreachable halts too).",
+        show_default=False,
+    ),
+]
+
+HaltCheckEveryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--halt-check-every",
+        metavar="DURATION",
+        help="How often the health signal is checked while nodes wait (default 30s; at least 1s).",
+        show_default=False,
+    ),
+]
+
+HaltCheckTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--halt-check-timeout",
+        metavar="DURATION",
+        help="How long one check may take before it counts as failed (default 10s).",
+        show_default=False,
+    ),
+]
+
 OfflineWaitOpt = Annotated[
     str | None,
     typer.Option(

@@ -50,8 +50,19 @@ def summary_text(job: Mapping[str, Any]) -> str:
 def headline(job: Mapping[str, Any]) -> str:
     """'job 1a2b3c complete: 2 succeeded', the last line of a job shown."""
     return (
-        f"{_name(job)}: {summary_text(job)}{busy_text(job)}{offline_text(job)}{approval_text(job)}"
+        f"{_name(job)}: {summary_text(job)}{busy_text(job)}{offline_text(job)}"
+        f"{approval_text(job)}{halt_text(job)}"
     )
+
+
+def halt_text(job: Mapping[str, Any]) -> str:
+    """Why a batch job stopped starting nodes: '; halted: REASON' (its failure budget, or
+    its health signal: ``--halt-if``), '; halting: REASON' while its last nodes finish."""
+    reason = job.get("halt_reason")  # a server before --halt-if sends none
+    if not reason:
+        return ""
+    verb = "halted" if job["state"] == "halted" else "halting"
+    return printable(f"; {verb}: {reason}")
 
 
 def approval_text(job: Mapping[str, Any]) -> str:
@@ -113,7 +124,7 @@ def batch_text(job: Mapping[str, Any]) -> str:
 def progress_line(job: Mapping[str, Any], elapsed_s: float) -> str:
     return (
         f"{_name(job)} {elapsed_s:5.1f}s: {summary_text(job)}{batch_text(job)}"
-        f"{busy_text(job)}{offline_text(job)}{approval_text(job)}"
+        f"{busy_text(job)}{offline_text(job)}{approval_text(job)}{halt_text(job)}"
     )
 
 

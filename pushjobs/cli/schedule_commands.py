@@ -11,6 +11,7 @@ import typer
 from pushjobs.cli import userconfig
 from pushjobs.cli.job_commands import (
     ConfigOpt,
+    HaltOptions,
     JsonOpt,
     ServerOpt,
     duration_s,
@@ -26,6 +27,10 @@ from pushjobs.cli.jobopts import (
     CwdOpt,
     EnvFileOpt,
     EnvOpt,
+    HaltCheckEveryOpt,
+    HaltCheckTimeoutOpt,
+    HaltIfAlertOpt,
+    HaltIfOpt,
     MaxFailuresOpt,
     NodesArg,
     OfflineWaitOpt,
@@ -116,6 +121,10 @@ def add(
     max_failures: MaxFailuresOpt = None,
     busy_wait: BusyWaitOpt = None,
     offline_wait: OfflineWaitOpt = None,
+    halt_if: HaltIfOpt = None,
+    halt_if_alert: HaltIfAlertOpt = None,
+    halt_check_every: HaltCheckEveryOpt = None,
+    halt_check_timeout: HaltCheckTimeoutOpt = None,
     config: ConfigOpt = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,
@@ -152,6 +161,7 @@ def add(
         max_failures=max_failures,
         busy_wait=busy_wait,
         offline_wait=offline_wait,
+        halt=HaltOptions(halt_if, halt_if_alert, halt_check_every, halt_check_timeout),
     )
     params.update(tz=tz, catch_up=catch_up, overlap=overlap)
     if at:

@@ -37,6 +37,8 @@ can persist the changes before it sends the commands that follow from them.
   again at its next heartbeat (``unreported``), up to ``STALE_BUSY_TRIES`` times; a node
   still busy after that votes no, saying so;
 - ``tick`` applies vote and run deadlines, and a held job's approval expiry;
+- ``health`` hands a batch job the answer to its health check (``--halt-if``,
+  ``healthgate.py``): the window starts its next nodes, or the job halts;
 - a job the server's policy holds (``submit`` with ``hold``, ``policy.py``) is created
   ``awaiting_approval`` and holds none of its nodes (it is not indexed by node: a node's
   heartbeat, loss or return concerns it not, and a busy-wait job does not wait for it);
@@ -412,6 +414,15 @@ class Coordinator:
     def abort(self, job_id: str, now_ms: int, reason: str) -> list[Change]:
         job = self.jobs[job_id]
         out: list[Change] = list(job.abort(now_ms, reason))
+        self._after(job, out)
+        return out + self._release(now_ms)
+
+    def health(self, job_id: str, seq: int, ok: bool, detail: str, now_ms: int) -> list[Change]:
+        """The answer to a job's health check (``healthgate.py``); nothing for a job gone."""
+        job = self._active.get(job_id)
+        if job is None:
+            return []
+        out: list[Change] = list(job.health(seq, ok, detail, now_ms))
         self._after(job, out)
         return out + self._release(now_ms)
 

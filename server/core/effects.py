@@ -2,7 +2,7 @@
 
 ``JobChanged`` and ``NodeChanged`` become snapshot and event records (``records.py``);
 a ``Send`` becomes a signed command on the node's command socket, and only after every
-change before it is durable.
+change before it is durable; a ``Check`` runs a job's health signal (``healthgate.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pushjobs.states import JobState, NodeState
+from server.core.healthgate import HaltSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,4 +41,15 @@ class Send:
     node: str
 
 
-Effect = JobChanged | NodeChanged | Send
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Run the job's health signal now and answer ``Job.health`` with ``seq``
+    (``healthgate.py``). ``env`` is what a check command is told of the job."""
+
+    job_id: str
+    seq: int
+    spec: HaltSpec
+    env: tuple[tuple[str, str], ...] = ()
+
+
+Effect = JobChanged | NodeChanged | Send | Check

@@ -100,7 +100,8 @@ from server.core.batch import (
     plan,
 )
 from server.core.busywait import Blocked, gave_up
-from server.core.effects import Effect, JobChanged, NodeChanged, Send
+from server.core.effects import Check, Effect, JobChanged, NodeChanged, Send
+from server.core.healthgate import ANSWER_GRACE_MS, Gate, HaltSpec
 from server.core.offlinewait import GAVE_UP, NO_QUORUM, WAITING, Late, run_deadline_ms
 from server.core.policy import Hold
 from server.core.sealing import redacted
@@ -150,6 +151,9 @@ class Job:
     # begins; persisted, so a new leader waits until the same instant).
     offline_wait_ms: int = 0
     offline_until_ms: int | None = None
+    # A batch job that stopped starting nodes: why (its failure budget spent, or its
+    # health signal fired: ``healthgate.py``). None: it never halted.
+    halt_reason: str | None = None
     chunk_nodes: int = CHUNK_NODES  # a restored job keeps the layout its records have
     # Nodes per state, kept by ``_node``: a vote or a result must not cost O(targets), or
     # a 50,000-node job costs O(n^2) to finish.
@@ -168,6 +172,8 @@ class Job:
     _unheard: Unheard = field(default_factory=Unheard, init=False, repr=False, compare=False)
     # Nodes asked to commit after the job began to run (``offlinewait.py``).
     _late: Late = field(default_factory=Late, init=False, repr=False, compare=False)
+    # A batch job's health signal (``--halt-if``): its checks (``healthgate.py``).
+    _gate: Gate | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._counts.update(record.state for record in self.nodes.values())
@@ -179,6 +185,9 @@ class Job:
             self._window = Window(spec)
             rows = ((name, r.state, r.turn_ms, r.reason) for name, r in self.nodes.items())
             self._window.rebuild(rows, self.run_timeout_ms)
+            halt = HaltSpec.from_options(self.options)
+            if halt is not None:
+                self._gate = Gate(halt)
 
     @classmethod
     def new(
@@ -809,6 +818,7 @@ class Job:
             "approval": self.approval,
             "offline_wait_ms": self.offline_wait_ms,
             "offline_until_ms": self.offline_until_ms,
+            "halt_reason": self.halt_reason,
             "summary": self.summary(),
             "targets": len(self.nodes),
             **self._batch_fields(),
@@ -856,6 +866,7 @@ class Job:
             # A job written before ``--offline-wait`` never waits for offline nodes.
             offline_wait_ms=int(snap.get("offline_wait_ms") or 0),
             offline_until_ms=snap.get("offline_until_ms"),
+            halt_reason=snap.get("halt_reason"),  # a job written before ``--halt-if``: none
             chunk_nodes=int(snap.get("chunk_nodes", LEGACY_CHUNK_NODES)),
         )
 
@@ -954,41 +965,111 @@ class Job:
             window.lost[name] = record.turn_ms + self.run_timeout_ms
 
     def _advance(self, now_ms: int, out: list[Effect]) -> None:
-        """Give waiting nodes their turn as the window allows, or skip them all (halt)."""
+        """Give waiting nodes their turn as the window allows, or skip them all (halt). A
+        job with a health signal starts nodes only on a check asked since its last start
+        (``healthgate.py``): without one it asks for one and starts nothing yet."""
         window = self._window
         if window is None or self.state is not JobState.RUNNING:
             return
+        failures = sum(self._counts[s] for s in FAILURE_STATES)
         step = plan(
             window.spec,
             targets=len(self.nodes),
             in_flight=self._in_flight(),
             waiting=self._counts[NodeState.WAITING],
-            failures=sum(self._counts[s] for s in FAILURE_STATES),
+            failures=failures,
             last_start_ms=window.last_start_ms,
             now_ms=now_ms,
         )
-        why = "not started: the failure budget is spent"
-        for _ in range(len(self.nodes) if step.halt else step.start):
+        budget = window.spec.budget(len(self.nodes))
+        if budget is not None and failures >= budget:
+            # Spent, the budget starts no node any more: nor one waited for offline, which
+            # would only be asked to be skipped (``offlinewait.py``).
+            if step.halt or self._counts[NodeState.OFFLINE]:
+                self._halt(window, "the failure budget is spent", now_ms, out)
+            return
+        gate = self._gate
+        if step.start and gate is not None and not gate.cleared:
+            self._ask_check(gate, now_ms, out)
+            return
+        for _ in range(step.start):
             name = window.next_waiting(self._state_of)
             if name is None:
                 break
-            if step.halt:
-                self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
-                out.append(Send("abort", self.job_id, name))  # let its commit go
-                continue
             self._node(name, NodeEvent.TURN, now_ms, out)
             self.nodes[name].turn_ms = now_ms
             window.started(name, now_ms, self.run_timeout_ms)
             out.append(Send("run", self.job_id, name))
+            if gate is not None:
+                gate.spend()
+
+    def _halt(self, window: Window, reason: str, now_ms: int, out: list[Effect]) -> None:
+        """Start no node any more: the waiting ones (told to let their commit go) and
+        those waited for offline are ``skipped``; the job ends ``halted`` once the
+        in-flight ones finish (``_maybe_complete``)."""
+        if self.halt_reason is None:
+            self.halt_reason = reason[:MAX_REASON_CHARS]
+        why = f"not started: {reason}"
+        while (name := window.next_waiting(self._state_of)) is not None:
+            self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
+            out.append(Send("abort", self.job_id, name))  # let its commit go
         if self._counts[NodeState.OFFLINE]:
-            # Spent, the budget starts no node any more: nor one waited for offline, which
-            # would only be asked to be skipped (``offlinewait.py``).
-            budget = window.spec.budget(len(self.nodes))
-            failures = sum(self._counts[s] for s in FAILURE_STATES)
-            if budget is not None and failures >= budget:
-                for name, record in self.nodes.items():
-                    if record.state is NodeState.OFFLINE:
-                        self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
+            for name, record in self.nodes.items():
+                if record.state is NodeState.OFFLINE:
+                    self._node(name, NodeEvent.HALT, now_ms, out, reason=why)
+
+    # --- the health signal (``--halt-if``): the gate (``healthgate.py``) applied ---------
+
+    def _ask_check(self, gate: Gate, now_ms: int, out: list[Effect]) -> None:
+        seq = gate.ask(now_ms)
+        if seq is None:
+            return  # one in flight: its answer calls ``_advance`` again
+        c = self._counts
+        env = (
+            ("PUSHJOBS_JOB_ID", self.job_id),
+            ("PUSHJOBS_TARGETS", str(len(self.nodes))),
+            ("PUSHJOBS_WAITING", str(c[NodeState.WAITING] + c[NodeState.OFFLINE])),
+            ("PUSHJOBS_SUCCEEDED", str(c[NodeState.SUCCEEDED])),
+            ("PUSHJOBS_FAILED", str(sum(c[s] for s in FAILURE_STATES))),
+        )
+        out.append(Check(self.job_id, seq, gate.spec, env))
+
+    def health(self, seq: int, ok: bool, detail: str, now_ms: int) -> list[Effect]:
+        """The answer to check ``seq``: passed, the window may start nodes; failed (the
+        signal fired: ``detail`` says how), the job halts. A stale answer, or one for a
+        job no longer running, changes nothing."""
+        out: list[Effect] = []
+        gate, window = self._gate, self._window
+        if gate is None or window is None or self.state is not JobState.RUNNING:
+            return out
+        if not gate.answer(seq, ok):
+            return out
+        if ok:
+            self._advance(now_ms, out)
+        else:
+            self._fired(window, gate, detail, now_ms, out)
+        self._maybe_complete(now_ms, out)
+        return out
+
+    def _fired(
+        self, window: Window, gate: Gate, detail: str, now_ms: int, out: list[Effect]
+    ) -> None:
+        """The signal fired: halt, if anything is left to start (else it changes nothing:
+        every node had its turn)."""
+        if self._counts[NodeState.WAITING] or self._counts[NodeState.OFFLINE]:
+            self._halt(window, f"halt-if {gate.spec.describe()}: {detail}", now_ms, out)
+
+    def _gate_tick(self, gate: Gate, window: Window, now_ms: int, out: list[Effect]) -> None:
+        """An unanswered check past its bound fires; the interval check, while nodes wait."""
+        if gate.overdue(now_ms):
+            gate.answer(gate.seq, False)
+            waited = (gate.spec.timeout_ms + ANSWER_GRACE_MS) / 1000
+            self._fired(window, gate, f"no answer within {waited:g} s", now_ms, out)
+        elif gate.interval_due(now_ms) and self._left_to_start():
+            self._ask_check(gate, now_ms, out)
+
+    def _left_to_start(self) -> bool:
+        return bool(self._counts[NodeState.WAITING] or self._counts[NodeState.OFFLINE])
 
     def _batch_tick(self, window: Window, now_ms: int, out: list[Effect]) -> None:
         """Per-node run deadlines that passed, the window's next start, held commits."""
@@ -996,6 +1077,8 @@ class Job:
             self._node(name, NodeEvent.TIMEOUT, now_ms, out, reason="run timeout")
             out.append(Send("abort", self.job_id, name))
         window.lost_expired(now_ms)
+        if self._gate is not None:
+            self._gate_tick(self._gate, window, now_ms, out)
         self._advance(now_ms, out)
         # A repeated commit changes nothing on the node but how long it holds the job.
         out.extend(
@@ -1011,10 +1094,18 @@ class Job:
             waiting=self._counts[NodeState.WAITING],
             last_start_ms=window.last_start_ms,
         )
+        gate = self._gate
+        if gate is not None and not gate.cleared and gate.asked_ms is not None:
+            due = None  # the start waits for the check's answer, not for time
         first = window.first_deadline_ms(self._state_of)
         refresh = window.refresh_due_ms if self._counts[NodeState.WAITING] else None
         lost = min(window.lost.values(), default=None)
-        deadlines = [d for d in (due, first, refresh, lost) if d is not None]
+        check = (
+            gate.deadline_ms()
+            if gate is not None and (gate.asked_ms is not None or self._left_to_start())
+            else None
+        )
+        deadlines = [d for d in (due, first, refresh, lost, check) if d is not None]
         return max(min(deadlines), self._floor_ms) if deadlines else None
 
 

@@ -30,6 +30,7 @@ from pushjobs.errors import ApiError
 from pushjobs.protocol.framing import DEFAULT_LIMITS
 from pushjobs.quorum import Quorum, Share
 from server.core.batch import BatchSpec
+from server.core.healthgate import DEFAULT_EVERY_S, DEFAULT_TIMEOUT_S, HaltSpec
 from server.core.sealing import SECRET_ENV, SecretBox
 
 
@@ -145,6 +146,61 @@ def _batch(params: Mapping[str, Any]) -> dict[str, Any] | None:
     return spec.to_options()
 
 
+MAX_CHECK_CHARS = 4096
+MAX_ALERT_CHARS = 256
+MIN_CHECK_EVERY_S = 1.0
+MAX_CHECK_TIMEOUT_S = 3600.0
+
+
+def _halt(params: Mapping[str, Any], batch: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``halt_if`` (a check command) or ``halt_if_alert`` (a Prometheus alert name), with
+    ``halt_check_every_s`` and ``halt_check_timeout_s``: the health signal of a rolling
+    job (``healthgate.py``), or None. Whether this server runs that check, or knows a
+    Prometheus, is the leader's to say (``HaltSettings.refusal``)."""
+    check, alert = params.get("halt_if"), params.get("halt_if_alert")
+    every, timeout = params.get("halt_check_every_s"), params.get("halt_check_timeout_s")
+    if check is None and alert is None:
+        if every is not None or timeout is not None:
+            raise bad(
+                "'halt_check_every_s' and 'halt_check_timeout_s' need 'halt_if' or 'halt_if_alert'"
+            )
+        return None
+    if check is not None and alert is not None:
+        raise bad("name one health signal: 'halt_if' or 'halt_if_alert', not both")
+    if batch is None:
+        raise bad(
+            "'halt_if' and 'halt_if_alert' need 'batch': a job without batches starts every "
+            "node at once, so nothing is left to stop"
+        )
+    if check is not None:
+        check = _str(params, "halt_if")
+        if len(check) > MAX_CHECK_CHARS:
+            raise bad(f"'halt_if' is longer than {MAX_CHECK_CHARS} characters")
+    else:
+        alert = _str(params, "halt_if_alert")
+        if len(alert) > MAX_ALERT_CHARS or not alert.isprintable():
+            raise bad(
+                f"'halt_if_alert' must be a printable name of at most {MAX_ALERT_CHARS} characters"
+            )
+    for name, value, low, high in (
+        ("halt_check_every_s", every, MIN_CHECK_EVERY_S, MAX_SECONDS),
+        ("halt_check_timeout_s", timeout, 0.0, MAX_CHECK_TIMEOUT_S),
+    ):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high  # NaN fails this too
+            or value == 0
+        ):
+            raise bad(f"'{name}' must be a number of seconds from {low:g} to {high:g}")
+    return HaltSpec(
+        check=check,
+        alert=alert,
+        every_ms=round(float(every or DEFAULT_EVERY_S) * 1000),
+        timeout_ms=round(float(timeout or DEFAULT_TIMEOUT_S) * 1000),
+    ).to_options()
+
+
 def job_params(
     params: Mapping[str, Any],
     secrets: SecretBox | None,
@@ -177,6 +233,9 @@ def job_params(
     batch = _batch(params)
     if batch is not None:
         options["batch"] = batch
+    halt = _halt(params, batch)
+    if halt is not None:
+        options["halt_if"] = halt
     if secret_env and secrets is not None:
         options[SECRET_ENV] = secrets.seal_env(secret_env)
     _fits_a_commit(command, options, max_body_bytes)

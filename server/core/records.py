@@ -175,6 +175,8 @@ def job_events(
                 )
                 if held:
                     rec["approval"] = job.approval
+                if state is JobState.HALTED:
+                    rec["halt_reason"] = job.halt_reason  # the budget, or the signal fired
             case OutputReceived(node=node, output=output, exit_status=status):
                 rec = event(
                     "output",

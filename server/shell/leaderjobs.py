@@ -7,6 +7,11 @@ events to ``events`` in batched durable writes, and only then sends the commands
 command on the wire always follows its durable cause. A start or abort request is written
 to ``commands`` before the coordinator hears of it.
 
+A rolling job's health signal (``--halt-if``) must be one this server's ``[halt]``
+settings allow (refused before anything is written); its checks run off the loop
+(``healthchecks.py``), asked for by the job's ``Check`` effects after the flush, and
+their answers come back through ``health``.
+
 The server's policy (``policy.py``) is asked about every start: a job it forbids is
 refused before anything is written; one it holds is written and created
 ``awaiting_approval`` (its rule and expiry in its start request and its snapshot). An
@@ -45,15 +50,16 @@ from pushjobs.protocol.liveness import LivenessTracker
 from pushjobs.protocol.messages import Message
 from server.core import records
 from server.core.coordinator import Change, Coordinator
-from server.core.effects import Send
+from server.core.effects import Check, Send
 from server.core.jobparams import JobRequest
 from server.core.nodetable import NodeTable
 from server.core.policy import Hold, Policy, is_glob, refusal
 from server.core.targeting import select
 from server.shell.commands import ASKED_KEEP_MS, CommandSender
+from server.shell.healthchecks import HealthChecks
 from server.shell.leadership import Leadership
 from server.shell.recovery import recover
-from server.shell.serverconfig import JobSettings
+from server.shell.serverconfig import HaltSettings, JobSettings
 from server.shell.takeover import take_over
 
 log = logging.getLogger("pushjobs.server")
@@ -74,10 +80,14 @@ class Jobs:
         known_nodes: Callable[[], Iterable[str]] | None = None,
         policy: Policy | None = None,
         role_of: Callable[[str], str | None] | None = None,
+        halt: HaltSettings | None = None,
     ) -> None:
         self.settings = settings
         self.policy = policy or Policy()
         self.role_of = role_of or (lambda _caller: None)  # a user key's role
+        self.halt = halt or HaltSettings()
+        # Rolling jobs' health checks, run off the loop (``healthchecks.py``).
+        self.checks = HealthChecks(self.halt.prometheus_url, self.halt.max_running)
         self.leadership = leadership
         self.topics = topics
         self.sender = sender
@@ -108,6 +118,7 @@ class Jobs:
 
     def stand_by(self) -> None:
         self.coordinator = self._new_coordinator()
+        self.checks.forget()
         self._end_grace()
         self.changes.clear()
         self.sends.clear()
@@ -121,6 +132,7 @@ class Jobs:
         # is derived, the start idempotent), once the nodes are back: not ended here.
         found.unstarted = [r for r in found.unstarted if "schedule_id" not in r]
         self.coordinator = self._new_coordinator()
+        self.checks.forget()
         done = take_over(self.coordinator, found, standby_replies, now_ms, grace_ms)
         self.changes += done.changes
         try:
@@ -238,6 +250,19 @@ class Jobs:
                 if self.liveness.is_online(node):
                     self.changes += coordinator.admit(node, now_ms)
 
+    def health(self, now_ms: int) -> None:
+        """The answers of the health checks in since the last call (``healthchecks.py``)."""
+        for answer in self.checks.take():
+            if not self.leadership.leader:
+                continue
+            if not answer.ok:
+                log.warning(
+                    "job %s: health check %d failed: %s", answer.job_id, answer.seq, answer.detail
+                )
+            self.changes += self.coordinator.health(
+                answer.job_id, answer.seq, answer.ok, answer.detail, now_ms
+            )
+
     def forget_sent(self, now_ms: int) -> None:
         self.sender.forget(now_ms - ASKED_KEEP_MS)
 
@@ -272,6 +297,9 @@ class Jobs:
                 f"{len(targets)} nodes selected; the limit is {self.settings.max_nodes}",
                 code=methods.BAD_REQUEST,
             )
+        halt_refused = self.halt.refusal(request.options.get("halt_if"))
+        if halt_refused is not None:
+            raise ApiError(halt_refused, code=methods.BAD_REQUEST)
         hold = self._judge(request, targets, on_behalf_of or caller, unheard, now_ms)
         job_id = job_id or f"{now_ms:x}{secrets.token_hex(4)}"
         run_timeout_s = request.run_timeout_s or self.settings.run_timeout_s
@@ -425,6 +453,8 @@ class Jobs:
         sends = [c for c in changes if isinstance(c, Send)] + self.sends
         self.sends = []
         if self.leadership.leader:
+            for check in (c for c in changes if isinstance(c, Check)):
+                self.checks.start(check)
             for send in sends:
                 self.sender.send(send, self.coordinator.jobs.get(send.job_id), now_ms)
             self.sender.flush(now_ms)  # what was gathered per edge leaves now

@@ -487,10 +487,15 @@ class Scheduler:
         """A new schedule of the ``job.start`` params in ``params``; durable once answered."""
         self._leading()
         now_ms = self.clock.wall_ms()
+        kept = job_params(params, self.jobs.sender.secrets)
+        # Its fires are refused alike (``Jobs.start``) if the server's [halt] changes since.
+        refused = self.jobs.halt.refusal(kept["options"].get("halt_if"))
+        if refused is not None:
+            raise ApiError(refused, code=methods.BAD_REQUEST)
         try:
             schedule = Schedule.of(
                 secrets.token_hex(6),
-                job_params(params, self.jobs.sender.secrets),
+                kept,
                 trigger,
                 catch_up=catch_up,
                 overlap=overlap,

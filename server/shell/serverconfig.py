@@ -19,6 +19,8 @@
     [policy]    max_targets, max_glob_matches, commands, roles, forbid_bare_star,
                 approval_expiry_s: which jobs wait for an admin's approval
                 (``server/core/policy.py``; none without the table)
+    [halt]      checks, prometheus_url, max_running: the health signals rolling jobs may
+                halt on (``job start --halt-if``; ``server/shell/healthchecks.py``)
     [liveness]  interval_s, offline_threshold, online_threshold
     [protocol]  max_header_bytes, max_body_bytes, max_skew_s
     [log]       backend, path, bootstrap_servers, topic_prefix, ...
@@ -31,9 +33,10 @@ like override it. Without ``--config``, ``/etc/pushjobs/server.toml`` is read wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from keys import files
 from keys.identity import PrivateIdentity
@@ -228,6 +231,45 @@ class JobSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HaltSettings:
+    checks: tuple[str, ...] = ()
+    """The check commands a rolling job may name (``job start --halt-if CMD``), each
+    exactly as written here: the leader runs one with ``/bin/sh -c`` on its host, as the
+    server's user, and refuses any other (none listed: ``--halt-if`` is refused)."""
+    prometheus_url: str = ""
+    """The Prometheus whose alerts ``--halt-if-alert NAME`` reads (e.g.
+    ``http://127.0.0.1:9090``); "": ``--halt-if-alert`` is refused."""
+    max_running: int = 16
+    """Checks running at once at most (each job runs one at a time); more wait."""
+
+    def check(self) -> Iterable[tuple[str, str]]:
+        for command in self.checks:
+            if not command.strip() or "\0" in command:
+                yield "checks", f"{command!r} is not a command"
+        url = self.prometheus_url
+        if url and not (url.startswith(("http://", "https://")) and len(url) > 8):
+            yield "prometheus_url", f"expected an http:// or https:// URL, got {url!r}"
+        if self.max_running < 1:
+            yield "max_running", "must be at least 1"
+
+    def refusal(self, halt: Mapping[str, Any] | None) -> str | None:
+        """Why this server will not watch the health signal a job names; None: it will."""
+        if halt is None:
+            return None
+        check, alert = halt.get("check"), halt.get("alert")
+        if check is not None and check not in self.checks:
+            listed = (
+                "; it lists none"
+                if not self.checks
+                else (": it runs only those its [halt] checks lists, as written there")
+            )
+            return f"this server does not run the check {check!r}{listed}"
+        if alert is not None and not self.prometheus_url:
+            return "this server has no [halt] prometheus_url to read alerts from"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     server: ServerSection = field(default_factory=ServerSection)
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -235,6 +277,7 @@ class ServerConfig:
     protocol: ProtocolSettings = field(default_factory=ProtocolSettings)
     log: LogSettings = field(default_factory=LogSettings)
     policy: Policy = field(default_factory=Policy)
+    halt: HaltSettings = field(default_factory=HaltSettings)
 
 
 def load_identity(section: ServerSection) -> PrivateIdentity:

@@ -123,3 +123,24 @@ def test_an_abort_names_its_caller_from_the_commands_topic():
 
 def test_a_job_the_log_does_not_hold_is_not_found():
     assert not tell("nope", [], EVENTS).found
+
+
+def test_a_halted_job_says_why_it_stopped():
+    halted = rec(
+        "e",
+        6,
+        "job:j1",
+        {
+            "ts": 16,
+            "kind": "job_state",
+            "prev_state": "running",
+            "state": "halted",
+            "summary": {"succeeded": 1, "skipped": 3},
+            "halt_reason": "halt-if check 'check-web': failed (exit 1)",
+        },
+    )
+    story = tell("j1", [], [*EVENTS[:5], halted])
+    assert story.steps[-1].what == "running -> halted"
+    assert story.steps[-1].detail == (
+        "succeeded 1, skipped 3; halt-if check 'check-web': failed (exit 1)"
+    )
