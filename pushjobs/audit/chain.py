@@ -30,6 +30,19 @@ so an extra field changes nothing for them.
 A link says nothing by itself: anyone can recompute a chain. What makes it evidence is a
 checkpoint (``checkpoint.py``) signed with the server's identity key, naming a stream's
 head; a record altered, removed or moved before that head no longer matches.
+
+A chain that starts over. A new writer finds its stream's head by reading the topic back
+from its end, and that read is bounded (``server.shell.audittrail``): on a topic written
+for long before the trail existed, or where another stream wrote many records since this
+one's last, the writer stops reading and starts a new chain (``fresh``) rather than stall
+the leader's first write on a huge topic. Its seqs start at the topic's end offset as the
+writer saw it, ``prev`` at ``GENESIS``, and its first carrier says so: ``"start": N``, the
+chain's first seq. Every seq a stream ever used is at most its record's offset (each of
+its records takes a new offset), so the new chain's seqs come after every earlier record
+of the stream, and a checkpoint's seq still names one record. The check accepts such a
+start and reports it ("chain starts at offset X, older records unchained"): the records
+of the stream before it are not linked to what follows, only to what their own
+checkpoints sealed.
 """
 
 from __future__ import annotations
@@ -75,14 +88,19 @@ def carries(value: bytes | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """The ``_chain`` field of a carrier."""
+    """The ``_chain`` field of a carrier; ``start`` only on the first carrier of a chain
+    that starts over (``fresh``): the chain's first seq."""
 
     by: str
     seq: int
     prev: bytes
+    start: int | None = None
 
     def encode(self) -> bytes:
-        return orjson.dumps({"by": self.by, "seq": self.seq, "prev": self.prev.hex()})
+        field: dict[str, object] = {"by": self.by, "seq": self.seq, "prev": self.prev.hex()}
+        if self.start is not None:
+            field["start"] = self.start
+        return orjson.dumps(field)
 
 
 def splice(value: bytes, link: Link) -> bytes:
@@ -110,25 +128,36 @@ def read_link(value: bytes | None) -> Link | None:
         return None
     if not isinstance(raw, dict):
         return None
-    by, seq, prev = raw.get("by"), raw.get("seq"), raw.get("prev")
+    by, seq, prev, first = raw.get("by"), raw.get("seq"), raw.get("prev"), raw.get("start")
     if not isinstance(by, str) or type(seq) is not int or not isinstance(prev, str):
+        return None
+    if first is not None and type(first) is not int:
         return None
     try:
         prev_raw = bytes.fromhex(prev)
     except ValueError:
         return None
-    return Link(by, seq, prev_raw) if len(prev_raw) == 32 else None
+    return Link(by, seq, prev_raw, first) if len(prev_raw) == 32 else None
 
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """Where a stream stands: the seq and link of its last record (-1, GENESIS: none)."""
+    """Where a stream stands: the seq and link of its last record (-1, GENESIS: none).
+    ``start``: the stream starts over at that seq (``fresh``) and no carrier has said so
+    yet; the next one will."""
 
     seq: int = -1
     link: bytes = GENESIS
+    start: int | None = None
 
 
 EMPTY: Final = Head()
+
+
+def fresh(end_offset: int) -> Head:
+    """The head of a chain that starts over on a topic whose end offset is ``end_offset``:
+    its first record gets seq ``end_offset``, past every seq the stream used before."""
+    return Head(end_offset - 1, GENESIS, end_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +183,12 @@ def link_batch(by: str, head: Head, batch: Sequence[tuple[str, bytes | None]]) -
     once the batch is durable, keeps ``Linked.head``."""
     out: list[tuple[str, bytes | None]] = []
     entries: list[Entry] = []
-    seq, link = head.seq, head.link
+    seq, link, start = head.seq, head.link, head.start
     for key, value in batch:
         seq += 1
         if value is not None and carries(value):
-            carried = splice(value, Link(by, seq, link))
+            carried = splice(value, Link(by, seq, link, start))
+            start = None  # said once, by the chain's first carrier
             link = content_hash(key, carried)
             entries.append(Entry(key, seq, link))
             out.append((key, carried))
@@ -167,27 +197,37 @@ def link_batch(by: str, head: Head, batch: Sequence[tuple[str, bytes | None]]) -
             link = fold(link, content)
             entries.append(Entry(key, seq, None if value is None else content))
             out.append((key, value))
-    return Linked(out, Head(seq, link), entries)
+    return Linked(out, Head(seq, link, start), entries)
 
 
 @dataclass(frozen=True, slots=True)
 class TailRecord:
-    """What ``head_from_tail`` needs of a record: key and value, in offset order."""
+    """What ``head_from_tail`` needs of a record: key, value and offset, in offset order."""
 
     key: str
     value: bytes | None
+    offset: int | None = None
 
 
-def head_from_tail(by: str, tail: Sequence[TailRecord]) -> Head | None:
-    """The head of stream ``by`` from the last records of its topic (oldest first): its
-    last carrier, then the passengers after it up to the next carrier of another stream
-    (a writer of this stream wrote them: see ``verifier`` for how they are told apart);
-    objects with no ``_chain`` (written outside any chain) are in no stream.
-    None: no carrier of the stream in ``tail`` (the caller reads further back)."""
+def head_from_tail(by: str, tail: Sequence[TailRecord], end: int | None = None) -> Head | None:
+    """The head of stream ``by`` from the last records of its topic (oldest first, up to
+    ``end``, the topic's end offset): its last carrier, then the passengers after it up to
+    the next carrier of another stream (a writer of this stream wrote them: see
+    ``verifier`` for how they are told apart); objects with no ``_chain`` (written outside
+    any chain) are in no stream. None: no carrier of the stream in ``tail`` (the caller
+    reads further back).
+
+    A record missing after that carrier (a gap in the offsets: a compacted topic's cleaner
+    removed a record superseded by a later tombstone, or a tombstone past its retention)
+    may have been the stream's, and its link cannot be recomputed: the stream starts a new
+    chain (``fresh(end)``) rather than link to a head the check would find altered."""
     for i in range(len(tail) - 1, -1, -1):
         link = read_link(tail[i].value)
         if link is None or link.by != by:
             continue
+        at = tail[i].offset
+        if end is not None and at is not None and end - at != len(tail) - i:
+            return fresh(end)
         seq, head = link.seq, content_hash(tail[i].key, tail[i].value)
         for rec in tail[i + 1 :]:
             if read_link(rec.value) is not None:

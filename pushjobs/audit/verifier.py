@@ -38,6 +38,22 @@ every ``audit_checkpoint_s``), and compaction gaps (``compacted``). A record wit
 ``_chain`` after a topic's first carrier is a problem (``unchained``): no server writes
 one there.
 
+A chain that starts over (``chain.fresh``: a new writer that did not find its stream's
+head within its bounded read back) is said too (``Report.starts``: "chain starts at
+offset X, older records unchained"). Its first carrier names its first seq (``start``);
+the passengers before it fold from ``GENESIS`` at that seq. It must come after every
+earlier record of its stream (``reordered`` otherwise) and its start can be no later than
+its own offset (``altered``: a writer takes its seqs from the topic's end offset). The
+records of the stream before it are checked by their own links and checkpoints only; a
+sealed head gone from the gap before a start is ``missing``, as anywhere else.
+
+Late writes on Kafka (``TopicRecords.late_writes``). Its brokers cannot refuse a deposed
+leader's append that was already on its way when its successor took over: the record is
+in the log, the deposed writer was told it failed, and readers drop it by its epoch
+(``log.fold.fold_fenced``). Such a record is a carrier of its stream with a lower epoch
+than one before it in the stream, or than one of a seq not after its own: it is counted
+(``deposed``), not checked, and its stream goes on from its successor's records.
+
 Memory: a few small tuples per record of the audited topics, a few hundred bytes each.
 """
 
@@ -80,6 +96,8 @@ class TopicRecords:
     outside_writers: bool = False
     """Records written outside the servers are expected here (the key registry's local
     admin mode): counted as ``outside``, not ``unchained``."""
+    late_writes: bool = False
+    """The log may hold a deposed writer's late records (Kafka): counted as ``deposed``."""
 
 
 @dataclass(slots=True)
@@ -92,6 +110,18 @@ class TopicSummary:
     sealed: int = 0
     unsealed: int = 0
     streams: int = 0
+    deposed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStart:
+    """A stream's chain starting over at ``offset`` (its first seq ``seq``): the records
+    of the stream before it are not linked to it."""
+
+    topic: str
+    offset: int
+    stream: str
+    seq: int
 
 
 @dataclass(slots=True)
@@ -99,6 +129,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     topics: dict[str, TopicSummary] = field(default_factory=dict)
     checkpoints: int = 0
+    starts: list[ChainStart] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -126,6 +157,10 @@ class _Stream:
     by_seq: dict[int, _Item] = field(default_factory=dict)
     # A link that did not match, judged at the stream's next carrier: (before, this).
     suspect: tuple[_Item, _Item] | None = None
+    # Where the chain started over: (seq of the record before, first seq of the new one).
+    restarts: list[tuple[int, int]] = field(default_factory=list)
+    # The seqs whose bytes a signed checkpoint vouches for (a head, a listed record).
+    confirmed: set[int] = field(default_factory=set)
 
     _last_of_key: dict[str, int] | None = None
 
@@ -143,9 +178,12 @@ class _Stream:
 class _Walk:
     """One topic's records, stream by stream (see the module docstring)."""
 
-    def __init__(self, topic: TopicRecords, problems: list[Problem]) -> None:
+    def __init__(
+        self, topic: TopicRecords, problems: list[Problem], starts: list[ChainStart]
+    ) -> None:
         self.topic = topic
         self.problems = problems
+        self.starts = starts
         self.summary = TopicSummary()
         self.streams: dict[str, _Stream] = {}
         # Every passenger, in offset order: each stream picks its own among those after
@@ -161,12 +199,16 @@ class _Walk:
     def run(self) -> None:
         records = list(self.topic.records)
         self.summary.records = len(records)
+        deposed = _deposed(records) if self.topic.late_writes else set()
         for rec in records:
             link = read_link(rec.value)
-            if link is not None:
+            if link is not None and rec.offset not in deposed:
                 self.later.setdefault((link.by, link.seq), rec.offset)
         seen_carrier = False
         for rec in records:
+            if rec.offset in deposed:
+                self.summary.deposed += 1
+                continue
             link = read_link(rec.value)
             if link is None:
                 if rec.value is None or not rec.value.startswith(b"{"):
@@ -187,16 +229,34 @@ class _Walk:
             for p in self._follow(stream, rec, link):
                 stream.add(p)
             stream.add(item)
-        for stream in self.streams.values():
-            if stream.suspect is not None:
-                before, this = stream.suspect
-                self.problem(
-                    this.offset,
-                    ALTERED,
-                    f"its link does not match the record before it in its stream "
-                    f"(offset {before.offset}): one of the two was altered",
-                )
         self.summary.streams = len(self.streams)
+
+    def judge_left(self) -> None:
+        """The broken links no later carrier judged, once the checkpoints are read."""
+        for stream in self.streams.values():
+            self._unjudged(stream)
+
+    def _unjudged(self, stream: _Stream) -> None:
+        """A broken link no later carrier of its chain can judge: if a signed checkpoint
+        vouches for the record after it, the one before changed; else both are named."""
+        if stream.suspect is None:
+            return
+        before, this = stream.suspect
+        stream.suspect = None
+        if this.seq in stream.confirmed:
+            self.problem(
+                before.offset,
+                ALTERED,
+                f"it no longer hashes to what the next record of its stream recorded "
+                f"(offset {this.offset}, sealed by a signed checkpoint)",
+            )
+            return
+        self.problem(
+            this.offset,
+            ALTERED,
+            f"its link does not match the record before it in its stream "
+            f"(offset {before.offset}): one of the two was altered",
+        )
 
     def _candidates(self, stream: _Stream) -> list[Record]:
         """The passengers after the stream's last record: some of them may be its own."""
@@ -204,12 +264,20 @@ class _Walk:
         return self.passengers[bisect_right(self.passenger_offsets, after) :]
 
     def _fold_to(
-        self, stream: _Stream, seq: int, link: bytes, candidates: Sequence[Record]
+        self,
+        stream: _Stream,
+        seq: int,
+        link: bytes,
+        candidates: Sequence[Record],
+        base: tuple[int, bytes] | None = None,
     ) -> list[_Item] | None:
-        """The passengers among ``candidates`` that, folded after the stream's last record,
-        reach (``seq``, ``link``) with the record that follows them; None if none do."""
+        """The passengers among ``candidates`` that, folded after ``base`` (by default the
+        stream's last record), reach (``seq``, ``link``) with the record that follows them;
+        None if none do."""
         last = stream.items[-1] if stream.items else None
-        base_seq, base_link = (last.seq, last.link) if last is not None else (-1, GENESIS)
+        if base is None:
+            base = (last.seq, last.link) if last is not None else (-1, GENESIS)
+        base_seq, base_link = base
         wanted = seq - base_seq - 1
         if not 0 <= wanted <= len(candidates):
             return None
@@ -221,6 +289,8 @@ class _Walk:
 
     def _follow(self, stream: _Stream, rec: Record, link: Link) -> list[_Item]:
         """Check a carrier against its stream's last record; the passengers it folds in."""
+        if link.start is not None:
+            return self._start(stream, rec, link, link.start)
         by, seq, later = link.by, link.seq, self.later
         last = stream.items[-1] if stream.items else None
         candidates = self._candidates(stream)
@@ -259,6 +329,41 @@ class _Walk:
             return []
         stream.suspect = (last, _Item(rec.offset, rec.key, seq, b"", None))
         return []
+
+    def _start(self, stream: _Stream, rec: Record, link: Link, first: int) -> list[_Item]:
+        """The first carrier of a chain that starts over at seq ``first``: after every
+        earlier record of its stream, its passengers folded from ``GENESIS``."""
+        by, last = link.by, stream.items[-1] if stream.items else None
+        self._unjudged(stream)  # the chain before ends: nothing after it links to it
+        if last is not None and first <= last.seq:
+            self.problem(
+                rec.offset,
+                REORDERED,
+                f"a new chain of stream {by} starting at seq {first} comes after seq "
+                f"{last.seq} (offset {last.offset})",
+            )
+            return []
+        if not first <= link.seq <= rec.offset:
+            self.problem(
+                rec.offset,
+                ALTERED,
+                f"seq {link.seq} of a chain of stream {by} said to start at seq {first}, "
+                f"at offset {rec.offset}: no writer numbers a chain so",
+            )
+            return []
+        base = (first - 1, GENESIS)
+        items = self._fold_to(stream, link.seq, link.prev, self._candidates(stream), base)
+        if items is None:
+            self.problem(
+                rec.offset,
+                ALTERED,
+                f"its link does not match the start of its chain (stream {by}, seq {first})",
+            )
+            return []
+        stream.restarts.append((last.seq if last is not None else -1, first))
+        at = items[0].offset if items else rec.offset  # its passengers come first
+        self.starts.append(ChainStart(self.topic.name, at, by, first))
+        return items
 
     def claim_trailing(self, stream: _Stream, head: Head) -> bool:
         """A sealed head past the stream's last carrier: passengers after it (a tombstone
@@ -320,6 +425,38 @@ def _choices(candidates: Sequence[Record], size: int) -> Iterator[Sequence[Recor
         yield combo[::-1]
 
 
+def _deposed(records: Sequence[Record]) -> set[int]:
+    """The offsets of the carriers written by a deposed writer after its successor had
+    taken its stream over (see the module docstring): a lower epoch than a carrier of the
+    stream before it, or than a carrier of the stream of a seq not after its own."""
+    fenced: dict[str, list[tuple[int, int, int]]] = {}  # stream: (epoch, seq, offset)
+    for rec in records:
+        link = read_link(rec.value)
+        if link is not None and rec.epoch > 0:
+            fenced.setdefault(link.by, []).append((rec.epoch, link.seq, rec.offset))
+    deposed: set[int] = set()
+    for carriers in fenced.values():
+        highest = 0
+        for epoch, _seq, offset in carriers:  # offset order: a successor's epoch seen before
+            if epoch < highest:
+                deposed.add(offset)
+            highest = max(highest, epoch)
+        lowest_seq: dict[int, int] = {}
+        for epoch, seq, _offset in carriers:
+            lowest_seq[epoch] = min(seq, lowest_seq.get(epoch, seq))
+        # For each epoch, the lowest seq a higher epoch wrote: from the highest epoch down.
+        successors: dict[int, int | None] = {}
+        above: int | None = None
+        for epoch in sorted(lowest_seq, reverse=True):
+            successors[epoch] = above
+            above = lowest_seq[epoch] if above is None else min(above, lowest_seq[epoch])
+        for epoch, seq, offset in carriers:
+            after = successors[epoch]
+            if after is not None and after <= seq:
+                deposed.add(offset)
+    return deposed
+
+
 def _folded(seq: int, link: bytes, passengers: Sequence[Record]) -> list[_Item]:
     """Passengers following the record (``seq``, ``link``) of a stream, folded in turn."""
     items = []
@@ -337,7 +474,7 @@ def verify(topics: Sequence[TopicRecords], audit: TopicRecords, verifier: Verifi
     values = {rec.offset: rec.value for rec in audit.records}
     walks: dict[str, _Walk] = {}
     for topic in (*topics, audit):
-        walk = _Walk(topic, report.problems)
+        walk = _Walk(topic, report.problems, report.starts)
         walk.run()
         walks[topic.name] = walk
         report.topics[topic.name] = walk.summary
@@ -360,6 +497,8 @@ def verify(topics: Sequence[TopicRecords], audit: TopicRecords, verifier: Verifi
                 sealed_walk = walks.get(chain.topic)
                 if sealed_walk is not None:
                     _check_sealed(sealed_walk, chain, item.offset, sealed)
+    for walk in walks.values():
+        walk.judge_left()
     for name, walk in walks.items():
         for by, stream in walk.streams.items():
             head = sealed.get((name, by), -1)
@@ -370,6 +509,7 @@ def verify(topics: Sequence[TopicRecords], audit: TopicRecords, verifier: Verifi
                     walk.summary.unsealed += 1
     order = {t.name: i for i, t in enumerate((*topics, audit))}
     report.problems.sort(key=lambda p: (order.get(p.topic, len(order)), p.offset))
+    report.starts.sort(key=lambda s: (order.get(s.topic, len(order)), s.offset))
     return report
 
 
@@ -384,6 +524,8 @@ def _check_sealed(
         item = stream.by_seq.get(chain.head.seq) if stream is not None else None
         if item is not None and item.link != chain.head.link:
             walk.problem(item.offset, ALTERED, f"not the head {where}")
+        elif item is not None and stream is not None:
+            stream.confirmed.add(item.seq)
         elif item is None and stream is not None and walk.claim_trailing(stream, chain.head):
             pass
         elif item is None:
@@ -395,6 +537,15 @@ def _check_sealed(
                     f"stream {chain.by} ends at seq {last.seq if last else -1}, but seq "
                     f"{chain.head.seq} was {where}",
                 )
+            elif stream is not None and not walk.topic.compacted:
+                # No link crosses a chain's start: a cut just before one shows only here.
+                for before, first in stream.restarts:
+                    if before < chain.head.seq < first:
+                        walk.problem(
+                            _offset_after(stream, chain.head.seq),
+                            MISSING,
+                            f"seq {chain.head.seq} of stream {chain.by} is gone; it was {where}",
+                        )
     for entry in chain.live:
         item = stream.by_seq.get(entry.seq) if stream is not None else None
         if item is not None:
@@ -402,6 +553,8 @@ def _check_sealed(
                 entry.content is not None and item.content != entry.content
             ):
                 walk.problem(item.offset, ALTERED, f"not the record of {entry.key!r} {where}")
+            elif entry.content is not None and stream is not None:
+                stream.confirmed.add(item.seq)
             continue
         if entry.content is None or stream is None:
             continue

@@ -25,7 +25,14 @@ from pushjobs.audit import story as stories
 from pushjobs.audit.verifier import Report, TopicRecords, verify
 from pushjobs.cli import userconfig
 from pushjobs.cli.exitcodes import Exit
-from pushjobs.cli.log_commands import BackendOpt, BootstrapOpt, JsonOpt, LogOpt, opened
+from pushjobs.cli.log_commands import (
+    BackendOpt,
+    BootstrapOpt,
+    JsonOpt,
+    LogOpt,
+    log_settings,
+    opened,
+)
 from pushjobs.cli.render import handle_errors, print_json
 from pushjobs.errors import ConfigError, KeyFileError, MissingKeyFile
 from pushjobs.log import topics as std
@@ -46,7 +53,15 @@ KeyOpt = Annotated[
         show_default=False,
     ),
 ]
-PrefixOpt = Annotated[str, typer.Option("--prefix", help="The installation's topic prefix.")]
+PrefixOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefix",
+        help="The installation's topic prefix (default: the topic_prefix of the server's "
+        "[log] when its config names the log, else pushjobs.).",
+        show_default=False,
+    ),
+]
 READ_CHUNK = 1000
 
 
@@ -90,7 +105,11 @@ def server_key(path: Path | None) -> Ed25519Verifier:
     return ed25519_verifier(public.ed25519_public)
 
 
-def check_log(handle: OrderedLog, prefix: str, verifier: Ed25519Verifier) -> Report:
+def check_log(
+    handle: OrderedLog, prefix: str, verifier: Ed25519Verifier, *, late_writes: bool = False
+) -> Report:
+    """``late_writes``: the log is on Kafka, whose brokers keep a deposed leader's late
+    appends (``pushjobs.audit.verifier``)."""
     names = std.names(prefix)
     infos = [i for i in handle.topics() if i.name.startswith(prefix)]
     skip = {names.control, names.audit}
@@ -101,11 +120,16 @@ def check_log(handle: OrderedLog, prefix: str, verifier: Ed25519Verifier) -> Rep
             i.policy.compacted,
             list(_records(handle, i.name)),
             outside_writers=i.name == names.keys,
+            late_writes=late_writes,
         )
         for i in sorted(infos, key=lambda i: i.name)
         if i.name not in skip
     ]
-    audit = TopicRecords(names.audit, False, list(_records(handle, names.audit)))
+    # A log from before the trail has no audit topic: no checkpoint, nothing sealed.
+    checkpoints = (
+        list(_records(handle, names.audit)) if names.audit in {i.name for i in infos} else []
+    )
+    audit = TopicRecords(names.audit, False, checkpoints)
     return verify(audited, audit, verifier)
 
 
@@ -115,6 +139,10 @@ def _report_json(report: Report) -> dict[str, Any]:
         "checkpoints": report.checkpoints,
         "first": None if report.first is None else _problem(report.first),
         "problems": [_problem(p) for p in report.problems],
+        "starts": [
+            {"topic": s.topic, "offset": s.offset, "stream": s.stream, "seq": s.seq}
+            for s in report.starts
+        ],
         "topics": {
             name: {
                 "records": s.records,
@@ -125,6 +153,7 @@ def _report_json(report: Report) -> dict[str, Any]:
                 "outside": s.outside,
                 "compacted_gaps": s.compacted_gaps,
                 "streams": s.streams,
+                "deposed": s.deposed,
             }
             for name, s in report.topics.items()
         },
@@ -146,11 +175,17 @@ def _render(report: Report) -> None:
                 (s.outside, "written outside the servers"),
                 (s.compacted_gaps, "compaction gaps"),
                 (s.unsealed, "not yet sealed"),
+                (s.deposed, "late writes of a deposed leader"),
             )
             if n
         ]
         tail = f" ({', '.join(extra)})" if extra else ""
         typer.echo(f"{name}: {s.records} records, {s.chained} chained, {s.sealed} sealed{tail}")
+    for start in report.starts:
+        typer.echo(
+            f"{start.topic}: chain of {start.stream} starts at offset {start.offset} "
+            "(older records unchained)"
+        )
     typer.echo(f"{report.checkpoints} signed checkpoints")
     if report.ok:
         typer.echo("OK: no record altered, missing or reordered")
@@ -173,7 +208,7 @@ def verify_command(
     log: LogOpt = None,
     backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
-    prefix: PrefixOpt = std.DEFAULT_PREFIX,
+    prefix: PrefixOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every chained record of the log and every signed checkpoint, offline.
@@ -188,8 +223,14 @@ def verify_command(
       pushjobs audit verify --log /backup/log-copy.db --key server.pub --json
     """
     verifier = server_key(key)
+    settings = log_settings(log, backend, bootstrap)
     with opened(log, backend, bootstrap) as handle:
-        report = check_log(handle, prefix, verifier)
+        report = check_log(
+            handle,
+            prefix or settings.topic_prefix,
+            verifier,
+            late_writes=settings.backend == "kafka",
+        )
     if as_json:
         print_json(_report_json(report))
     else:
@@ -213,7 +254,7 @@ def show(
     log: LogOpt = None,
     backend: BackendOpt = None,
     bootstrap: BootstrapOpt = "localhost:9092",
-    prefix: PrefixOpt = std.DEFAULT_PREFIX,
+    prefix: PrefixOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Who asked for a job, who approved it, and what each node did: from the log alone.
@@ -225,7 +266,7 @@ def show(
       pushjobs audit show 7f3c2a
       pushjobs audit show 7f3c2a --log /backup/log-copy.db --json
     """
-    names = std.names(prefix)
+    names = std.names(prefix or log_settings(log, backend, bootstrap).topic_prefix)
     with opened(log, backend, bootstrap) as handle:
         told = stories.tell(
             job_id, _records(handle, names.commands), _records(handle, names.events)

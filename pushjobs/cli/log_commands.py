@@ -54,7 +54,8 @@ TOPIC_COLUMNS = ("topic", "policy", "records", "bytes", "start", "end")
 READ_CHUNK = 1000
 
 
-def _settings(log: Path | None, backend: str | None, bootstrap: str) -> LogSettings:
+def log_settings(log: Path | None, backend: str | None, bootstrap: str) -> LogSettings:
+    """The log these options name (see the module docstring), never created."""
     # create=False: inspecting a mistyped path must say so, not create an empty log there.
     if log is None and backend is None and not os.environ.get("PUSHJOBS_LOG"):
         server_config = paths.default_config("server.toml")
@@ -67,7 +68,7 @@ def _settings(log: Path | None, backend: str | None, bootstrap: str) -> LogSetti
 
 @contextlib.contextmanager
 def opened(log: Path | None, backend: str | None, bootstrap: str) -> Iterator[OrderedLog]:
-    handle = open_log(_settings(log, backend, bootstrap))
+    handle = open_log(log_settings(log, backend, bootstrap))
     try:
         yield handle
     finally:

@@ -14,6 +14,16 @@ reads the head back from the end of the topic (``head_from_tail``), so a new lea
 continues its predecessor's chains. An append that raised may or may not be durable: the
 head is forgotten and read back at the next append.
 
+That read is on the write path (the leader's first append of its epoch to the topic waits
+for it), so it is bounded: ``SCAN_BACK_RECORDS`` offsets and ``SCAN_BACK_BYTES`` of
+records from the end, whichever comes first. The head is nearly always the topic's last
+record; it is further back only on an installation upgraded from before the trail (a
+huge ``events`` topic, and no chained record in it yet) or where another stream wrote
+more since (a schedule partition's fires, between two of the leader's edits of its
+definitions). Past the bound the stream starts a new chain (``chain.fresh``), which the
+check accepts and reports as such, instead of reading the whole topic on the leader's
+write path.
+
 ``Checkpoints`` signs what the ``Ledger`` noted, every ``audit_checkpoint_s``, with the
 server's identity key, and appends it to ``audit`` in a stream of this server
 incarnation's own. A checkpoint that cannot be written is noted back and tried again.
@@ -40,10 +50,10 @@ import logging
 from collections.abc import Callable
 
 from pushjobs.audit import checkpoint
-from pushjobs.audit.chain import EMPTY, Head, TailRecord, head_from_tail, link_batch
+from pushjobs.audit.chain import EMPTY, Head, TailRecord, fresh, head_from_tail, link_batch
 from pushjobs.clock import Clock
 from pushjobs.errors import LogError
-from pushjobs.log.base import Batch, Fence, OrderedLog
+from pushjobs.log.base import Batch, Fence, OrderedLog, record_bytes
 from pushjobs.log.passthrough import PassThroughLog
 from pushjobs.log.topics import TopicNames
 from pushjobs.protocol.signing import Signer
@@ -51,9 +61,17 @@ from server.core.schedshards import count_topic
 
 log = logging.getLogger("pushjobs.server")
 
-# Records read back at first to find a stream's head, then four times more each page: the
-# head is nearly always the topic's last record, and an events record may be 256 KiB.
+# Records read back at first to find a stream's head, then four times more each page up
+# to ``MAX_PAGE``: the head is nearly always the topic's last record, and an events record
+# may be 256 KiB (a page of 64 of them is 16 MiB).
 FIRST_PAGE = 4
+MAX_PAGE = 64
+# How far back a new writer reads for its stream's head before it starts a new chain: the
+# offsets, and the bytes of the records read, whichever bound comes first. A topic's last
+# thousand records hold the head of every stream that wrote lately; a leader's first
+# write waits for this read (a few ms on SQLite, about 20 fetches on Kafka).
+SCAN_BACK_RECORDS = 1000
+SCAN_BACK_BYTES = 16 * 1024 * 1024
 
 
 def audited(topics: TopicNames) -> Callable[[str], bool | None]:
@@ -109,17 +127,40 @@ class ChainedLog(PassThroughLog):
         return read_head(self.inner, topic, by)
 
 
-def read_head(log_: OrderedLog, topic: str, by: str) -> Head:
-    """Stream ``by``'s head from the end of ``topic``, read back a page at a time."""
-    end, page = log_.end_offset(topic), FIRST_PAGE
+def read_head(
+    log_: OrderedLog,
+    topic: str,
+    by: str,
+    *,
+    max_records: int = SCAN_BACK_RECORDS,
+    max_bytes: int = SCAN_BACK_BYTES,
+) -> Head:
+    """Stream ``by``'s head from the end of ``topic``, read back a page at a time; past
+    ``max_records`` offsets or ``max_bytes`` read without finding it, a new chain's."""
+    top = end = log_.end_offset(topic)
+    page, read_bytes = FIRST_PAGE, 0
     tail: list[TailRecord] = []
     while end > 0:
-        start = max(0, end - page)
-        tail = [TailRecord(r.key, r.value) for r in log_.read(topic, start, end - start)] + tail
-        head = head_from_tail(by, tail)
+        if top - end >= max_records or read_bytes >= max_bytes:
+            log.info(
+                "audit: no record of %s in the last %d records of %s (read back %d bytes): "
+                "its chain starts anew at seq %d",
+                by,
+                top - end,
+                topic,
+                read_bytes,
+                top,
+            )
+            return fresh(top)
+        start = max(0, end - page, top - max_records)
+        # A compacted topic has gaps: a read of ``end - start`` records may run past ``end``.
+        records = [r for r in log_.read(topic, start, end - start) if r.offset < end]
+        read_bytes += sum(record_bytes(r.key, r.value) for r in records)
+        tail = [TailRecord(r.key, r.value, r.offset) for r in records] + tail
+        head = head_from_tail(by, tail, top)
         if head is not None:
             return head
-        end, page = start, page * 4
+        end, page = start, min(page * 4, MAX_PAGE)
     return EMPTY
 
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from pushjobs.audit import checkpoint
-from pushjobs.audit.chain import EMPTY, Head, link_batch
+from pushjobs.audit.chain import EMPTY, Head, fresh, link_batch
 from pushjobs.audit.verifier import Report, TopicRecords, verify
 from pushjobs.log.base import Record
 from pushjobs.protocol.signing import Ed25519Signer, Ed25519Verifier, ed25519_verifier
@@ -36,17 +36,33 @@ class Trail:
     ledger: checkpoint.Ledger = field(default_factory=checkpoint.Ledger)
 
     def append(
-        self, topic: str, batch: Sequence[tuple[str, bytes | None]], by: str = "leader"
+        self,
+        topic: str,
+        batch: Sequence[tuple[str, bytes | None]],
+        by: str = "leader",
+        epoch: int = 0,
     ) -> None:
         linked = link_batch(by, self.heads.get((topic, by), EMPTY), batch)
         records = self.topics.setdefault(topic, [])
         for key, value in linked.batch:
-            records.append(Record(topic, len(records), key, value, 0))
+            records.append(Record(topic, len(records), key, value, 0, epoch))
         self.heads[topic, by] = linked.head
         self.ledger.note(topic, by, linked, compacted=topic in self.compacted)
 
-    def event(self, topic: str, n: int, key: str = "job:1", by: str = "leader") -> None:
-        self.append(topic, [(key, orjson.dumps({"n": n}))], by)
+    def event(
+        self, topic: str, n: int, key: str = "job:1", by: str = "leader", epoch: int = 0
+    ) -> None:
+        self.append(topic, [(key, orjson.dumps({"n": n}))], by, epoch)
+
+    def start_over(self, topic: str, by: str = "leader") -> None:
+        """Stream ``by`` starts a new chain, as a writer that did not find its head does."""
+        self.heads[topic, by] = fresh(len(self.topics.get(topic, [])))
+
+    def legacy(self, topic: str, n: int) -> None:
+        """``n`` records written before the trail existed: objects with no chain."""
+        records = self.topics.setdefault(topic, [])
+        for i in range(n):
+            records.append(Record(topic, len(records), f"job:old{i}", b'{"old":true}', 0))
 
     def checkpoint(self, signer: Ed25519Signer | None = None) -> None:
         signer = signer or self.signer

@@ -4,7 +4,8 @@ The page builds on docs/fleet.md, so the test starts from its fleet (``set_up_fl
 The policy goes into server.toml and the server is restarted, as the page says in words;
 then bob's key and config, and alice's and bob's commands, each line with the exit code
 the page gives it. Beyond the page's lines the test reads the jobs back (``--json``) to
-check what the page says of them.
+check what the page says of them, and what ``pushjobs audit show`` of the approved job
+says: alice asked, bob approved, the node ran it.
 """
 
 from __future__ import annotations
@@ -62,3 +63,12 @@ def test_approvals_run_as_written(walk: Walkthrough) -> None:
     assert rejected["job_id"] in walk.output("pushjobs job list --state rejected")
     audit = walk.output("pushjobs log tail events")
     assert '"decided_by":"bob"' in audit.replace(" ", ""), audit
+    # The approved job's story, as an auditor reads it from the log: alice asked, bob
+    # approved (with his reason), and the node ran it.
+    story = walk.output("pushjobs audit show").splitlines()
+    assert story[0] == f"job {approved['job_id']}: deploy", story
+    assert story[1].startswith("  asked by alice at "), story
+    assert [line.split("  ")[-1] for line in story if " by bob" in line] == [
+        "approved by bob (change CHG-42)"
+    ], story
+    assert story[-1].startswith("  node web-01: ") and story[-1].endswith(" succeeded exit 0")

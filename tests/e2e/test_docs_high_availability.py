@@ -9,25 +9,33 @@ new leader.
 Its Kafka section runs on three real brokers (``pushjobs.testbed.kafkabroker``) started
 with Kafka's defaults and the page's ``server.properties`` lines, nothing else; the same
 walk as on SQLite, with the page's ``[log]`` lines in every server's config before its
-first start, then what the page says the brokers hold is checked on them.
+first start, then what the page says the brokers hold is checked on them. Last, the
+page's ``pushjobs audit verify`` line checks the trail both leaders wrote on the brokers,
+and names the records a forger with write access to the cluster appends: a checkpoint
+signed with another key, an event of no server's.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pushjobs.audit import checkpoint
+from pushjobs.audit.chain import EMPTY, Head, link_batch
 from pushjobs.log.base import DEFAULT_MAX_VALUE_BYTES
-from pushjobs.log.kafka.kafka_log import FRAMING_BYTES
+from pushjobs.log.kafka.kafka_log import FRAMING_BYTES, KafkaLog
 from pushjobs.log.topics import names
-from pushjobs.testbed.childproc import Proc
+from pushjobs.testbed.childproc import Proc, stop_all
 from pushjobs.testbed.kafkabroker import KafkaCluster
 from pushjobs.testbed.sandbox import ready_fields
+from tests.audit.trail import keypair
 from tests.e2e.doc_recipes import (
     DOCS,
     FLEET,
@@ -50,6 +58,7 @@ BROKERS = "### The brokers"
 KAFKA_SERVERS = "### The servers"
 # The page's brokers, in the order of its bootstrap_servers.
 BROKER_HOSTS = ("10.0.0.11:9092", "10.0.0.12:9092", "10.0.0.13:9092")
+AUDIT_VERIFY = "pushjobs audit verify"
 
 
 def fleet_line(prefix: str) -> str:
@@ -175,8 +184,8 @@ def test_on_kafka_three_brokers_as_the_page_sets_them_up(
         leader, agent, standby = two_servers(walk, after_files=log_on_kafka)
         assert ready_fields(standby.ready_line)["leader"] == "no"
         for kind, body in blocks(PAGE, KAFKA_SERVERS):
-            if kind == "sh":
-                walk.block(kind, body)
+            if kind == "sh" and not commands(body)[0].startswith(AUDIT_VERIFY):
+                walk.block(kind, body)  # the audit check comes last, once the jobs ran
         topics = walk.output("pushjobs log topics")
         standard = names().all()
         assert all(topic in topics for topic in standard), topics
@@ -204,8 +213,68 @@ def test_on_kafka_three_brokers_as_the_page_sets_them_up(
         assert "complete: 1 succeeded" in ran.stdout
         assert agent.alive() and standby.alive()
         assert "refuse" not in standby.log_text()
+        audit_trail_on_kafka(walk, standby, bootstrap)
     finally:
         walk.close()
+
+
+def audit_trail_on_kafka(walk: Walkthrough, leader: Proc, bootstrap: str) -> None:
+    """The page's ``audit verify`` line on the trail the two leaders wrote (the first
+    killed, its chains continued by the second), then on the cluster with forged records
+    appended."""
+    (line,) = [
+        c
+        for kind, body in blocks(PAGE, KAFKA_SERVERS)
+        if kind == "sh"
+        for c in commands(body)
+        if c.startswith(AUDIT_VERIFY)
+    ]
+    stop_all([leader], 10.0)  # a clean stop signs a last checkpoint: every chain sealed
+    checked = walk.run(line).stdout
+    assert checked.rstrip().endswith("OK: no record altered, missing or reordered"), checked
+    topics = names()
+    # The first leader's events (the node online, the schedule's fire) and the second's
+    # (the job after the kill): one chain across both leaders, which the second continued
+    # (it started none of its own) and sealed as it stopped; no late write of the first.
+    (events,) = [row for row in checked.splitlines() if row.startswith(f"{topics.events}: ")]
+    counted = re.fullmatch(r".*: (\d+) records, (\d+) chained, (\d+) sealed", events)
+    assert counted is not None and int(counted[1]) >= 6, events
+    assert len(set(counted.groups())) == 1, events
+    assert "starts at offset" not in checked and "signed checkpoint" in checked, checked
+
+    forger, _ = keypair()
+    body = checkpoint.Checkpoint(
+        "server",
+        1,
+        forger.key_id,
+        (checkpoint.ChainState(topics.events, "pushjobs.leader", Head(0, bytes(32))),),
+    )
+    forged = link_batch(
+        "server/forged", EMPTY, [("checkpoint:server", checkpoint.encode(body, forger))]
+    )
+    log = KafkaLog(bootstrap)
+    try:
+        (bad_checkpoint,) = log.append_batch(topics.audit, forged.batch)
+        (stray,) = log.append_batch(topics.events, [("job:x", b'{"kind":"job_created"}')])
+    finally:
+        log.close()
+    tampered = verified(walk, line)
+    spots = {(p["topic"], p["offset"], p["what"]) for p in tampered["problems"]}
+    assert (topics.audit, bad_checkpoint, "bad signature") in spots, tampered["problems"]
+    assert tampered["first"] == {
+        "topic": topics.events,
+        "offset": stray,
+        "what": "unchained",
+        "detail": "an object with no _chain field",
+    }, tampered
+
+
+def verified(walk: Walkthrough, line: str) -> dict[str, Any]:
+    """``line --json``'s report; its exit code 0 for a clean log, 1 for a tampered one."""
+    result = walk.bash(walk.apply(f"{line} --json"))
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert result.returncode == (0 if report["ok"] else 1), result.stderr
+    return report
 
 
 def fired(walk: Walkthrough, schedule_id: str) -> bool:

@@ -9,15 +9,15 @@ from dataclasses import replace
 import orjson
 import pytest
 
-from pushjobs.audit.chain import read_link
-from pushjobs.audit.verifier import ALTERED, Report, TopicRecords, verify
+from pushjobs.audit.chain import EMPTY, GENESIS, Head, Link, link_batch, read_link
+from pushjobs.audit.verifier import ALTERED, ChainStart, Report, TopicRecords, verify
 from pushjobs.clock import FakeClock
 from pushjobs.errors import BackendUnavailable, FencedError
-from pushjobs.log.base import Batch, Fence, OrderedLog
+from pushjobs.log.base import Batch, Fence, OrderedLog, Record, record_bytes
 from pushjobs.log.memory import MemoryLog
 from pushjobs.log.passthrough import PassThroughLog
 from pushjobs.log.topics import create_standard_topics, names
-from server.shell.audittrail import ChainedLog, Checkpoints, audited
+from server.shell.audittrail import SCAN_BACK_RECORDS, ChainedLog, Checkpoints, audited, read_head
 from tests.audit.trail import keypair
 
 TOPICS = names()
@@ -163,3 +163,116 @@ def test_a_record_altered_in_the_store_is_named(store):
     records[1] = replace(records[1], value=records[1].value.replace(b'"n":1', b'"n":5'))
     first = check(store).first
     assert first is not None and (first.offset, first.what) == (1, ALTERED)
+
+
+class Counting(PassThroughLog):
+    """A log that counts the records read from it, and their bytes."""
+
+    records = 0
+    bytes = 0
+
+    def read(self, topic: str, from_offset: int = 0, limit: int = 1000) -> list[Record]:
+        got = self.inner.read(topic, from_offset, limit)
+        self.records += len(got)
+        self.bytes += sum(record_bytes(r.key, r.value) for r in got)
+        return got
+
+
+def legacy_events(store: MemoryLog, n: int, size: int = 20) -> None:
+    """``n`` events written before the trail: objects with no chain field."""
+    pad = "x" * size
+    store.append_batch(
+        TOPICS.events, [(f"job:old{i}", orjson.dumps({"old": i, "pad": pad})) for i in range(n)]
+    )
+
+
+def test_the_first_chained_write_after_an_upgrade_reads_back_at_most_the_bound(store):
+    legacy_events(store, 3 * SCAN_BACK_RECORDS)
+    counting = Counting(MemoryLog(store=store.store))
+    a = Server(store, "a", log=counting)
+    a.log.append_batch(TOPICS.events, [event(1), event(2)], fence=a.fence())
+    assert 0 < counting.records <= SCAN_BACK_RECORDS
+    first = read_link(store.read(TOPICS.events, 3 * SCAN_BACK_RECORDS, 1)[0].value)
+    assert first == Link("pushjobs.leader", 3 * SCAN_BACK_RECORDS, GENESIS, 3 * SCAN_BACK_RECORDS)
+    # The chain goes on from its new start, and the check says where it starts.
+    read_before = counting.records
+    a.log.append_batch(TOPICS.events, [event(3)], fence=a.fence())
+    assert counting.records == read_before  # the head is known for the epoch
+    a.checkpoints.write()
+    report = check(store)
+    assert report.ok, report.problems
+    assert report.starts == [
+        ChainStart(TOPICS.events, 3 * SCAN_BACK_RECORDS, "pushjobs.leader", 3 * SCAN_BACK_RECORDS)
+    ]
+    assert report.topics[TOPICS.events].legacy == 3 * SCAN_BACK_RECORDS
+    assert report.topics[TOPICS.events].sealed == 3
+
+
+def test_a_new_leader_within_the_bound_continues_the_started_chain(store):
+    legacy_events(store, SCAN_BACK_RECORDS + 10)
+    a = Server(store, "a")
+    a.log.append_batch(TOPICS.events, [event(1)], fence=a.fence())
+    a.checkpoints.write()
+    a.member.close()
+    b = Server(store, "b")
+    b.log.append_batch(TOPICS.events, [event(2)], fence=b.fence())
+    b.checkpoints.write()
+    report = check(store)
+    assert report.ok, report.problems
+    assert len(report.starts) == 1 and report.topics[TOPICS.events].sealed == 2
+
+
+def test_the_read_back_stops_at_its_bytes_bound_too(store):
+    legacy_events(store, 40, size=10_000)
+    counting = Counting(MemoryLog(store=store.store))
+    head = read_head(counting, TOPICS.events, "pushjobs.leader", max_bytes=50_000)
+    assert head == Head(39, GENESIS, 40)
+    # Pages of 4, 16, then 20 more records: it stops once past 50 kB, not at the start.
+    assert 50_000 <= counting.bytes < 50_000 + 64 * 10_100 and counting.records < 40
+
+
+def test_a_small_topic_from_before_the_trail_is_read_whole_and_its_chain_starts_at_0(store):
+    legacy_events(store, 30)
+    a = Server(store, "a")
+    a.log.append_batch(TOPICS.events, [event(1)], fence=a.fence())
+    link = read_link(store.read(TOPICS.events, 30, 1)[0].value)
+    assert link == Link("pushjobs.leader", 0, GENESIS)
+    a.checkpoints.write()
+    report = check(store)
+    assert report.ok and report.starts == [] and report.topics[TOPICS.events].legacy == 30
+
+
+def test_a_tombstone_after_a_compacted_record_starts_a_new_chain_not_a_false_alarm(store):
+    a = Server(store, "a")
+    fence = a.fence()
+    a.log.append_batch(TOPICS.commands, [("job:a", b'{"v":1}'), ("job:b", b'{"v":2}')], fence=fence)
+    a.log.append_batch(TOPICS.commands, [("job:b", None)], fence=fence)  # job b deleted
+    a.checkpoints.write()  # seals the tombstone, seq 2, as the head
+    store.compact([TOPICS.commands])  # job b's record goes: its tombstone superseded it
+    assert [r.offset for r in store.read(TOPICS.commands)] == [0, 2]
+    a.member.close()
+    # The head cannot be recomputed without job b's record: linking to a guess would make
+    # the sealed head look altered. The new leader starts a chain of its own.
+    b = Server(store, "b")
+    b.log.append_batch(TOPICS.commands, [("job:c", b'{"v":3}')], fence=b.fence())
+    b.checkpoints.write()
+    assert read_link(store.read(TOPICS.commands, 3)[0].value) == Link(
+        "pushjobs.leader", 3, GENESIS, 3
+    )
+    report = check(store)
+    assert report.ok, report.problems
+    assert report.starts == [ChainStart(TOPICS.commands, 3, "pushjobs.leader", 3)]
+
+
+def test_a_read_back_over_gaps_reads_no_record_twice(store):
+    # Offsets 0-9 compacted away: a page starting among them would run past its end, and
+    # its records read twice would look like a gap-free tail that is not.
+    topic = TOPICS.commands
+    for round_ in range(2):
+        store.append_batch(topic, [(f"job:k{i}", b'{"r":%d}' % round_) for i in range(10)])
+    store.compact([topic])
+    mine = link_batch("pushjobs.leader", EMPTY, [("job:x", b'{"v":1}')])
+    store.append_batch(topic, mine.batch)
+    theirs = link_batch("owner", EMPTY, [(f"fire:{i}", b'{"v":1}') for i in range(8)])
+    store.append_batch(topic, theirs.batch)
+    assert read_head(store, topic, "pushjobs.leader") == mine.head
