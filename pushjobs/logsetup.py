@@ -67,13 +67,16 @@ class ReopenableFileHandler(logging.StreamHandler[TextIO]):
     file is at ``path`` by then.
 
     The request only sets a flag, so a signal handler may make it: the swap happens in
-    ``emit``, outside any other write to the old file.
+    ``emit``, outside any other write to the old file. A record a signal handler logs
+    while another is being written waits for it to end (never interleaved with it), then
+    goes out after the swap.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.reopen_requested = False
         self._depth = 0
+        self._deferred: list[logging.LogRecord] = []
         super().__init__(self._open())
 
     def _open(self) -> TextIO:
@@ -91,14 +94,23 @@ class ReopenableFileHandler(logging.StreamHandler[TextIO]):
         self.acquire()
         self._depth += 1
         try:
-            # A record logged by a signal handler in the middle of another waits its turn.
-            if self.reopen_requested and self._depth == 1:
-                self.reopen_requested = False
-                self._swap()
-            super().emit(record)
+            if self._depth > 1:
+                # Logged by a signal handler in the middle of another record (the SIGHUP
+                # handler's "reopened"): written after it, on the file the reopen opens.
+                self._deferred.append(record)
+                return
+            self._write(record)
+            while self._deferred:
+                self._write(self._deferred.pop(0))
         finally:
             self._depth -= 1
             self.release()
+
+    def _write(self, record: logging.LogRecord) -> None:
+        if self.reopen_requested:
+            self.reopen_requested = False
+            self._swap()
+        super().emit(record)
 
     def _swap(self) -> None:
         try:

@@ -93,13 +93,13 @@ def busy_text(job: Mapping[str, Any]) -> str:
 
 
 def offline_text(job: Mapping[str, Any]) -> str:
-    """A job waiting for nodes offline at start (``--offline-wait``): '; 2 offline, waited
-    for until 2026-11-28 18:00:00' (else '')."""
+    """A job waiting for nodes offline at start (``--offline-wait``): '; offline nodes
+    waited for until 2026-11-28 18:00:00' (else ''). How many: the summary says."""
     offline = job["summary"].get("offline", 0)
     until = job.get("offline_until_ms")  # a server before --offline-wait sends none
     if not offline or until is None:
         return ""
-    return f"; {offline} offline, waited for until {local_time(int(until))}"
+    return f"; offline nodes waited for until {local_time(int(until))}"
 
 
 def _name(job: Mapping[str, Any]) -> str:

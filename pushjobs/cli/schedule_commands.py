@@ -245,6 +245,7 @@ def _show_lines(schedule: dict[str, Any]) -> None:
         ("command", schedule["command"]),
         ("nodes", " ".join(schedule["nodes"])),
         ("when", schedule["when"]),
+        ("runs", job_text(schedule.get("job") or {})),
         ("next", _next(schedule)),
         ("catch-up", schedule["catch_up"]),
         ("overlap", schedule["overlap"]),
@@ -253,6 +254,33 @@ def _show_lines(schedule: dict[str, Any]) -> None:
         ("created", f"{when(schedule['created_ms'])} by {schedule['created_by']}"),
     ):
         typer.echo(printable(f"{name:9} {value}"))
+
+
+def job_text(job: dict[str, Any]) -> str:
+    """How each fire runs, the options set on it: ``quorum 90%; batch 2 every 5s, at most 1
+    failure; busy wait 300s; offline wait 28800s; halt-if check 'X' every 30s``."""
+    parts = [f"quorum {job.get('quorum') or '100%'}"]
+    options = job.get("options") or {}
+    batch = options.get("batch")
+    if batch:
+        text = f"batch {batch['size']}"
+        if batch.get("wait_s"):
+            text += f" every {batch['wait_s']:g}s"
+        if batch.get("max_failures") is not None:
+            text += f", at most {batch['max_failures']} failures"
+        parts.append(text)
+    for key, label in (
+        ("timeout_s", "timeout"),
+        ("busy_wait_s", "busy wait"),
+        ("offline_wait_s", "offline wait"),
+    ):
+        if job.get(key):
+            parts.append(f"{label} {job[key]:g}s")
+    halt = options.get("halt_if")
+    if halt:
+        signal = f"check {halt['check']!r}" if halt.get("check") else f"alert {halt['alert']!r}"
+        parts.append(f"halt-if {signal} every {halt['every_s']:g}s")
+    return "; ".join(parts)
 
 
 def _owner(schedule: dict[str, Any]) -> str:

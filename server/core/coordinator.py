@@ -111,6 +111,9 @@ Change = Effect | JobCreated | OutputReceived | NodeAmended
 # Node states in which a job does not hold its node: it ended, or was never asked.
 _NOT_HOLDING = TERMINAL_NODE_STATES | {NodeState.OFFLINE}
 
+# Job states in which a node may still vote: the vote, and a late voter's in a running job.
+_VOTES = frozenset({JobState.VOTING, JobState.RUNNING})
+
 STALE_BUSY_TRIES = 2
 """How many ``busy`` nacks naming a job over for the node are not counted as its vote: each
 is answered by an ``abort`` of that job; the commit follows at the node's next heartbeat."""
@@ -311,8 +314,10 @@ class Coordinator:
 
     def _stale_busy_nack(self, job: Job, node: str, reason: str) -> Send | None:
         """The ``abort`` to send instead of counting a ``busy`` nack that names a job over
-        for ``node``; None to count the nack (a real holder, or tries spent)."""
-        if not reason.startswith(BUSY_PREFIX) or job.state is not JobState.VOTING:
+        for ``node``; None to count the nack (a real holder, or tries spent). While the job
+        votes, or runs and ``node`` is a late voter (``--offline-wait``): a node back from a
+        long absence is the likeliest to still hold a job that ended while it was away."""
+        if not reason.startswith(BUSY_PREFIX) or job.state not in _VOTES:
             return None
         record = job.nodes.get(node)
         if record is None or record.state is not NodeState.NEW:

@@ -62,7 +62,7 @@ def test_a_job_waiting_for_offline_nodes_says_how_many_and_until_when() -> None:
     until = local_time(1_700_000_000_000)
     assert (
         headline(j)
-        == f"job j1 running: 2 offline, 1 succeeded; 2 offline, waited for until {until}"
+        == f"job j1 running: 2 offline, 1 succeeded; offline nodes waited for until {until}"
     )
     assert "waited for" not in headline(job("running", "succeeded"))  # none waits
 

@@ -77,7 +77,7 @@ def offline_wait(walk: Walkthrough) -> None:
     assert found[0] == "sh", "the section's blocks changed"
     walk.block(*found)
     status = walk.outputs["pushjobs job status $JOB"]
-    assert "1 offline, waited for until" in status, status
+    assert "1 offline" in status and "; offline nodes waited for until" in status, status
     assert re.search(r"laptop-01\s+offline\s", status), status
     shown = walk.bash(f"pushjobs job status {walk.env['JOB']} --json")  # exits 5: aborted
     job = json.loads(shown.stdout)

@@ -55,7 +55,7 @@ def test_offline_nodes_run_once_when_back_across_a_failover_or_end_unavailable(
             "node-3": "offline",
         }
         code, out, _ = run_cli(config, "job", "status", job_id)
-        assert "2 offline, waited for until" in out, out
+        assert "offline nodes waited for until" in out, out
 
         # The leader dies while they wait: the new one waits for them until the same time.
         fleet.kill_leader()

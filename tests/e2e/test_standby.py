@@ -33,6 +33,7 @@ from pushjobs.testbed.sandbox import Sandbox
 from pushjobs.testbed.tomlwrite import toml_text
 from tests.e2e.conftest import WHITELIST, Fleet
 from tests.e2e.standby import SECOND, api_of, start_second_server
+from tests.e2e.test_approvals import add_user
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -91,15 +92,19 @@ def two_servers(
     silence_factor: float | None = None,
     lifetime_s: float = LIFETIME_S,
     log: dict[str, object] | None = None,
+    policy: dict[str, object] | None = None,
 ) -> Iterator[Pair]:
     """The sandbox's server leads; ``server-b`` stands by; three agents list both, the
     standby first or last (and wait ``silence_factor`` offline windows of silence before
-    they rediscover, when given). ``log``: settings of the servers' ``[log]`` table."""
-    sandbox = Sandbox(
-        tmp_path / "fleet",
-        whitelist=WHITELIST,
-        server_extra={"server": {"config_lifetime_s": lifetime_s}, "log": log or {}},
-    ).prepare()
+    they rediscover, when given). ``log``: settings of the servers' ``[log]`` table;
+    ``policy``: their ``[policy]``."""
+    extra: dict[str, dict[str, object]] = {
+        "server": {"config_lifetime_s": lifetime_s},
+        "log": log or {},
+    }
+    if policy is not None:
+        extra["policy"] = policy
+    sandbox = Sandbox(tmp_path / "fleet", whitelist=WHITELIST, server_extra=extra).prepare()
     try:
         sandbox.start_server()
         standby = start_second_server(sandbox)
@@ -203,6 +208,35 @@ def test_leader_killed_mid_job_the_standby_finishes_it_and_the_fleet_follows(pai
     assert report.ok, report.problems
     events = report.topics["pushjobs.events"]
     assert events.streams == 1 and events.unsealed == 0 and events.chained > 0, events
+
+
+# ~20 s: bench/drills.py (the suite: tests/server/test_approvals.py's takeover of a held job
+# and its decision, and test_approvals.py's restart while held, on the unit level).
+@pytest.mark.drill
+def test_a_job_held_for_approval_is_approved_on_the_standby_that_took_over_and_runs_once(
+    tmp_path: Path,
+) -> None:
+    policy = {"commands": ["^stamp$"], "approval_expiry_s": 300}
+    with two_servers(tmp_path, standby_first=True, policy=policy) as pair:
+        add_user(pair, "bob", "admin")  # in the log's registry: the standby knows him too
+        held = pair.start("stamp")
+        assert held["state"] == "awaiting_approval", held
+        pair.sandbox.kill("server", signal.SIGKILL)
+        wait_until(lambda: pair.call_served("server.list") is not None, 30, 0.1)
+        wait_until(lambda: pair.leader_api() == pair.standby_api, 30, 0.1)
+        again = pair.status(held["job_id"])
+        assert again["state"] == "awaiting_approval", again  # the same hold, the same expiry
+        assert again["approval"]["expires_ms"] == held["approval"]["expires_ms"]
+        keys = pair.root / "keys"
+        with ApiClient.from_files(
+            pair.standby_api, keys / "server.pub", keys / "bob.key", timeout_s=10.0
+        ) as bob:
+            bob.call("job.approve", {"job_id": held["job_id"], "reason": "after the failover"})
+        done = pair.wait_job(held["job_id"], timeout_s=40)
+        assert done["state"] == "complete" and done["summary"] == {"succeeded": 3}, done
+        assert done["approval"]["decided_by"] == "bob", done["approval"]
+        for name in pair.sandbox.nodes:  # each node ran it once
+            assert (pair.root / f"stamps-{name}").read_text().split() == [held["job_id"]]
 
 
 def test_old_leader_restarted_stays_standby_and_the_fleet_stays_put(leader_first: Pair) -> None:

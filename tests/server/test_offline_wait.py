@@ -228,6 +228,21 @@ def test_the_coordinator_asks_a_returning_node_once_and_repeats_while_it_is_sile
     assert coord.holding("b") == ["j1"]
 
 
+def test_a_late_node_still_holding_a_job_over_for_it_is_told_to_let_go_not_nacked() -> None:
+    # Back from a long absence, b still holds a job this server no longer knows (ended and
+    # retired while b was away): its "busy" is stale. As in a vote, the old job is
+    # aborted on b and b's commit goes again at its next heartbeat, STALE_BUSY_TRIES
+    # times, before a "busy" counts as its no.
+    coord = coordinator()
+    coord.admit("b", T0 + 10)
+    nack = NackCommit(**env(1, "b"), job_id="j1", reason="busy with job gone-job")
+    assert coord.reply(nack, T0 + 11) == [Send("abort", "gone-job", "b")]
+    assert coord.jobs["j1"].nodes["b"].state is NodeState.NEW  # not counted: asked again
+    assert coord.unreported("b", None) == [Send("commit", "j1", "b")]
+    coord.reply(AckCommit(**env(2, "b"), job_id="j1"), T0 + 12)
+    assert coord.jobs["j1"].nodes["b"].state is NodeState.READY
+
+
 def test_the_coordinator_ends_the_job_at_the_deadline() -> None:
     coord = coordinator()
     coord.reply(Succeeded(**env(2), job_id="j1", exit_status=0, duration_ms=1), T0 + 1)
