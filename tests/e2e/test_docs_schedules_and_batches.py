@@ -4,7 +4,7 @@ The page builds on docs/fleet.md, so the test starts from its fleet (``set_up_fl
 and adds the simulated nodes the page adds for its rolling batches; the blocks run as
 ``tests/e2e/doc_recipes.py`` says. Waits stand for a reader looking before going on: the
 batch jobs start once every node is online (``FLEET_WAITS``), and ``schedule history``
-once the every-10-seconds schedule has fired. Beyond the page's lines the test reads each
+once the every-5-seconds schedule has fired. Beyond the page's lines the test reads each
 job back (``job status --json``) to check what the page says of it.
 """
 
@@ -78,13 +78,13 @@ def test_rolling_batches_and_schedules_run_as_written(walk: Walkthrough) -> None
     # --batch 3
     assert sliding["state"] == "complete" and sliding["batch"]["window"] == 3, sliding
     in_flight_at_most(sliding, 3)
-    # --batch 25% --batch-wait 1: a quarter of 12, each start 1 s after the previous one
+    # --batch 25% --batch-wait 0.5: a quarter of 12, each start 0.5 s after the previous one
     assert quarter["state"] == "complete" and quarter["batch"]["window"] == 3, quarter
-    assert quarter["batch"]["wait_s"] == 1, quarter["batch"]
+    assert quarter["batch"]["wait_s"] == 0.5, quarter["batch"]
     in_flight_at_most(quarter, 3)
     turns = sorted(n["turn_ms"] for n in quarter["nodes"].values())
     # (the first window's three start at once; each start after them waits its second)
-    assert all(later - earlier >= 1000 for earlier, later in pairwise(turns[2:])), turns
+    assert all(later - earlier >= 500 for earlier, later in pairwise(turns[2:])), turns
     # --batch 2 --max-failures 1: no node starts after the first failure.
     assert budget["batch"]["window"] == 2 and budget["batch"]["max_failures"] == 1, budget
     in_flight_at_most(budget, 2)

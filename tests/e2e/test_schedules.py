@@ -41,6 +41,9 @@ def _stamps(root: Path, node: str) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+# 12 s: bench/drills.py. The suite kills a server at a fire in test_chaos_kinds.py
+# ([scheduled]) and moves partitions between servers in test_schedule_shards.py.
+@pytest.mark.drill
 def test_each_due_time_runs_once_on_each_node_across_server_kills(fleet: Fleet) -> None:
     seed = int(os.environ.get("PUSHJOBS_SCHEDULE_SEED", random.randrange(10**6)))
     rng = random.Random(seed)
