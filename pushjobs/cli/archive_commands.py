@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:  # loaded by the commands that roll up: the rest of the CLI starts faster
+    from pushjobs.pipeline import rollup
 
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.render import error, handle_errors, print_json
 from pushjobs.config import load_config
 from pushjobs.log import topics as std
 from pushjobs.log.factory import open_log
-from pushjobs.pipeline import rollup
 
 
 @handle_errors
@@ -75,6 +77,7 @@ def archive(
     """
     from dataclasses import replace
 
+    from pushjobs.pipeline import rollup
     from pushjobs.pipeline.archive import Archiver, ArchiveResult
     from pushjobs.pipeline.settings import PipelineConfig
 
@@ -174,7 +177,9 @@ def rollup_text(updated: rollup.Updated, directory: Path) -> str:
     """``rollups: 2 days built (2026-11-21 .. 2026-11-22), 28 up to date; 2026-11-23 still
     open``."""
     built = updated.built
-    text = f"rollups in {directory / rollup.ROLLUPS}: {len(built)} days built"
+    from pushjobs.pipeline.rollup import ROLLUPS
+
+    text = f"rollups in {directory / ROLLUPS}: {len(built)} days built"
     if built:
         text += f" ({built[0]}{f' .. {built[-1]}' if len(built) > 1 else ''})"
     text += f", {updated.kept} up to date"

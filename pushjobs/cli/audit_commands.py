@@ -15,14 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from keys import files
 from pushjobs import paths
-from pushjobs.audit import story as stories
-from pushjobs.audit.verifier import Report, TopicRecords, verify
 from pushjobs.cli import userconfig
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.cli.log_commands import (
@@ -38,6 +36,10 @@ from pushjobs.errors import ConfigError, KeyFileError, MissingKeyFile
 from pushjobs.log import topics as std
 from pushjobs.log.base import OrderedLog, Record
 from pushjobs.protocol.signing import Ed25519Verifier, ed25519_verifier
+
+if TYPE_CHECKING:  # the checker and the story load when a command needs them: every
+    # other command of the CLI starts faster without them
+    from pushjobs.audit.verifier import Report
 
 app = typer.Typer(
     help="The audit trail: check the log has not been tampered with; who did what to a job.",
@@ -110,6 +112,8 @@ def check_log(
 ) -> Report:
     """``late_writes``: the log is on Kafka, whose brokers keep a deposed leader's late
     appends (``pushjobs.audit.verifier``)."""
+    from pushjobs.audit.verifier import TopicRecords, verify
+
     names = std.names(prefix)
     infos = [i for i in handle.topics() if i.name.startswith(prefix)]
     skip = {names.control, names.audit}
@@ -266,6 +270,8 @@ def show(
       pushjobs audit show 7f3c2a
       pushjobs audit show 7f3c2a --log /backup/log-copy.db --json
     """
+    from pushjobs.audit import story as stories
+
     names = std.names(prefix or log_settings(log, backend, bootstrap).topic_prefix)
     with opened(log, backend, bootstrap) as handle:
         told = stories.tell(
