@@ -170,9 +170,11 @@ class CpuClock:
 
 def bytes_read(location: Path, since: int, until: int) -> float:
     """The share of the Parquet bytes a window from ``since`` needs: its days whole; of the
-    day before, the row groups of job events (ts, offset, kind, job_id, state); of older
-    days the liveness row groups (ts, offset, kind, node). Every other row group is
-    skipped by the reader on its ``kind`` dictionary (``spark_job.load``)."""
+    day before, the columns its marks need (ts, offset, kind, job_id, node, state,
+    prev_state) of the row groups of job and node events (a late node's ``offline`` ->
+    ``new`` is among the node events); of older days the liveness row groups (ts, offset,
+    kind, node). Every other row group is skipped by the reader on its ``kind``
+    statistics (``spark_job.load``)."""
     import pyarrow.parquet as pq
 
     first, marks = events.day(since), events.day(metrics.marks_from(since))
@@ -187,15 +189,16 @@ def bytes_read(location: Path, since: int, until: int) -> float:
             part += size
             continue
         meta = pq.ParquetFile(path).metadata
+        marked = ("ts", "offset", "kind", "job_id", "node", "state", "prev_state")
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
             kinds = group.column(2).statistics
             if kinds is None or not kinds.has_min_max:
                 continue
             if kinds.min >= "node_offline" and kinds.max <= "node_online":
-                wanted = ("ts", "offset", "kind", "node")
-            elif day >= marks and kinds.max <= "job_state":
-                wanted = ("ts", "offset", "kind", "job_id", "state")
+                wanted: tuple[str, ...] = ("ts", "offset", "kind", "node")
+            elif day >= marks and kinds.min <= "node_state":
+                wanted = marked
             else:
                 continue
             for c in range(group.num_columns):
@@ -243,23 +246,32 @@ def on_duckdb(location: Path) -> tuple[dict[str, Any], float]:
         SELECT node, coalesce(sum(onl), 0), coalesce(sum(offl), 0), sum(flaps),
             coalesce(max(offl) FILTER (stretch > 0), 0)
         FROM o GROUP BY node ORDER BY node""").fetchall()
+    marked = f"ts >= {metrics.marks_from(since)} AND ts < {until}"
+    # A vote is timed from the node's commit: a late node's own offline -> new (a), else
+    # the job's voting (v).
     db.execute(f"""CREATE TEMP TABLE ns AS
         WITH marks AS (SELECT job_id, min(ts) FILTER (state = 'voting') AS v,
             min(ts) FILTER (state = 'running') AS r FROM good
-            WHERE kind = 'job_state' AND ts >= {metrics.marks_from(since)} AND ts < {until}
-            GROUP BY job_id)
+            WHERE kind = 'job_state' AND {marked} GROUP BY job_id),
+        asked AS (SELECT job_id, node, min(ts) AS a FROM good
+            WHERE kind = 'node_state' AND prev_state = 'offline' AND state = 'new'
+            AND {marked} GROUP BY job_id, node)
         SELECT n.job_id, node, command, n.state,
-            CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked') AND v IS NOT NULL
-                   THEN 'commit_to_ack'
+            coalesce(prev_state = 'offline' AND n.state = 'new', false) AS late,
+            CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked')
+                   AND coalesce(a, v) IS NOT NULL THEN 'commit_to_ack'
                  WHEN prev_state IN ('ready','running') AND n.state IN ('succeeded','failed',
                    'timed_out','crashed','aborted') AND coalesce(duration_ms, ts - r) IS NOT NULL
                    THEN 'run_to_finish'
             END AS metric,
             greatest(0, CASE WHEN prev_state = 'new' AND n.state IN ('ready','nacked')
-                AND v IS NOT NULL THEN ts - v ELSE coalesce(duration_ms, ts - r) END) AS ms
-        FROM good n LEFT JOIN marks USING (job_id)
+                AND coalesce(a, v) IS NOT NULL THEN ts - coalesce(a, v)
+                ELSE coalesce(duration_ms, ts - r) END) AS ms
+        FROM good n LEFT JOIN marks USING (job_id) LEFT JOIN asked USING (job_id, node)
         WHERE kind = 'node_state' AND ts >= {since} AND ts < {until}""")
-    counts = ", ".join(f"count(*) FILTER (state = '{s}')" for s in metrics.OUTCOMES)
+    counts = ", ".join(
+        [f"count(*) FILTER (state = '{s}')" for s in metrics.OUTCOMES] + ["count(*) FILTER (late)"]
+    )
     outcomes = db.execute(f"""SELECT command, node, count(DISTINCT job_id), {counts}
         FROM ns GROUP BY ALL ORDER BY command, node""").fetchall()
     by_command = db.execute(f"""WITH h AS (SELECT command, count(DISTINCT job_id) AS halted
@@ -308,7 +320,7 @@ def agree_duckdb(a: metrics.Report, d: dict[str, Any]) -> str:
     if [tuple(r.values()) for r in a.outcomes] != [tuple(row) for row in d["outcomes"]]:
         return "outcomes differ"
     if [
-        (r["command"], r["jobs"], r["nodes"], *(r[s] for s in metrics.OUTCOMES), r["halted"])
+        (r["command"], r["jobs"], r["nodes"], *(r[s] for s in metrics.COUNTED), r["halted"])
         for r in a.by_command
     ] != [tuple(row) for row in d["by_command"]]:
         return "outcomes per command differ"

@@ -3,12 +3,19 @@
 A fleet of ``nodes`` over ``days``: most nodes stay up and flap rarely, a few flap often;
 jobs of a few commands run on random subsets all day; votes take tens of milliseconds,
 runs take what their command takes, a few nodes are stragglers (several times slower),
-and failures, timeouts, crashes and nacks happen at rates that differ by command. The
-records are what the server writes, with log offsets in emission order.
+and failures, timeouts, crashes and nacks happen at rates that differ by command. A few
+jobs wait for their offline targets (``job start --offline-wait``): most come back
+within the wait and are asked then (late: their vote and run hours after the others'),
+the rest are unavailable at the deadline. The records are what the server writes, with
+log offsets in emission order.
+
+Which jobs wait, and for whom, is drawn from a generator of its own: every other draw is
+the one the history made before there were such jobs, so its figures stay comparable.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +25,10 @@ from typing import Any
 from pushjobs.pipeline import events
 
 DAY_MS = 86_400_000
+OFFLINE_WAIT = 0.03  # of jobs: started with --offline-wait
+WAIT_MS = 8 * 3_600_000  # their wait
+AWAY = 0.2  # of a waiting job's targets: offline at its start
+BACK = 0.8  # of those: back within the wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,7 @@ def history(
     seed: int = 1,
 ) -> Iterator[dict[str, Any]]:
     rng = random.Random(seed)
+    waits = random.Random(f"{seed}:offline-wait")
     names = [f"web-{i:04d}" for i in range(nodes)]
     flappy = set(rng.sample(names, max(1, nodes // 20)))
     slow = set(rng.sample(names, max(2, nodes // 20)))
@@ -73,6 +85,13 @@ def history(
             yield emit("node_offline", ts, node=name, state="offline")
             ts += int(rng.expovariate(1 / (20 * 60_000 if name in flappy else 5 * 60_000)))
             yield emit("node_online", ts, node=name, state="online")
+
+    def on_node(
+        ts: int, node: str, prev: str, state: str, *, job: str, command: str, **more: Any
+    ) -> dict[str, Any]:
+        fields = {"job_id": job, "node": node, "command": command, **more}
+        return emit("node_state", ts, state=state, prev_state=prev, **fields)
+
     count = int(days * jobs_per_day)
     for j in range(count):
         t0 = start_ms + int((j + rng.random()) * (end_ms - start_ms) / count)
@@ -83,23 +102,43 @@ def history(
         yield emit(
             "job_state", t0 + 1, job_id=job, command=cmd.name, state="voting", prev_state="new"
         )
+        # Offline at the start of a job that waits: back that long after, or never (None).
+        away: dict[str, int | None] = {}
+        if waits.random() < OFFLINE_WAIT:
+            for node in chosen:
+                if waits.random() < AWAY:
+                    away[node] = waits.randrange(WAIT_MS) if waits.random() < BACK else None
         votes = {}
         for node in chosen:
-            at = t0 + 1 + int(rng.lognormvariate(3.2, 0.5))  # ~25 ms
-            state = "nacked" if rng.random() < cmd.nack else "ready"
-            votes[node] = state
-            yield emit(
-                "node_state",
-                at,
-                job_id=job,
-                node=node,
-                command=cmd.name,
-                state=state,
-                prev_state="new",
-            )
-        ready = [n for n, s in votes.items() if s == "ready"]
+            delay = int(rng.lognormvariate(3.2, 0.5))  # ~25 ms
+            votes[node] = (delay, "nacked" if rng.random() < cmd.nack else "ready")
+        ready = [n for n, (_, vote) in votes.items() if vote == "ready"]
+        runs = {}  # every ack's run is drawn, whether the job then runs it or not
+        for node in ready:
+            factor = 4.0 if node in slow else 1.0
+            took = int(cmd.run_ms * factor * rng.lognormvariate(0, 0.35))
+            draw = rng.random()
+            if draw < cmd.timeout:
+                state, status, took = "timed_out", None, int(cmd.run_ms * 10)
+            elif draw < cmd.timeout + cmd.fail:
+                state, status = "failed", 1
+            elif draw < cmd.timeout + cmd.fail + 0.001:
+                state, status = "crashed", None
+            else:
+                state, status = "succeeded", 0
+            runs[node] = (state, status, took)
+        node_event = functools.partial(on_node, job=job, command=cmd.name)
+        for node, (delay, vote) in votes.items():
+            if node in away:
+                yield node_event(t0 + 1, node, "new", "offline")
+            else:
+                yield node_event(t0 + 1 + delay, node, "new", vote)
         run0 = t0 + 200
-        if not ready:
+        on_time = [n for n in votes if n not in away]
+        if on_time and not any(n in runs for n in on_time):
+            # Quorum failed: nobody is waited for any more.
+            for node in away:
+                yield node_event(run0, node, "offline", "unavailable")
             yield emit(
                 "job_state",
                 run0,
@@ -113,39 +152,32 @@ def history(
             "job_state", run0, job_id=job, command=cmd.name, state="running", prev_state="voting"
         )
         last = run0
-        for node in ready:
-            factor = 4.0 if node in slow else 1.0
-            took = int(cmd.run_ms * factor * rng.lognormvariate(0, 0.35))
-            draw = rng.random()
-            if draw < cmd.timeout:
-                state, status, took = "timed_out", None, int(cmd.run_ms * 10)
-            elif draw < cmd.timeout + cmd.fail:
-                state, status = "failed", 1
-            elif draw < cmd.timeout + cmd.fail + 0.001:
-                state, status = "crashed", None
-            else:
-                state, status = "succeeded", 0
-            yield emit(
-                "node_state",
-                run0 + 5,
-                job_id=job,
-                node=node,
-                command=cmd.name,
-                state="running",
-                prev_state="ready",
-            )
-            yield emit(
-                "node_state",
-                run0 + took,
-                job_id=job,
-                node=node,
-                command=cmd.name,
-                state=state,
-                prev_state="running",
-                exit_status=status,
-                duration_ms=took,
+        for node in on_time:
+            if node not in runs:
+                continue
+            state, status, took = runs[node]
+            yield node_event(run0 + 5, node, "ready", "running")
+            yield node_event(
+                run0 + took, node, "running", state, exit_status=status, duration_ms=took
             )
             last = max(last, run0 + took)
+        deadline = t0 + 1 + WAIT_MS
+        for node, back in away.items():
+            if back is None:  # still offline at the deadline
+                yield node_event(deadline, node, "offline", "unavailable")
+                last = max(last, deadline)
+                continue
+            asked = t0 + 1 + back  # it came online: asked now, it votes alone
+            delay, vote = votes[node]
+            yield node_event(asked, node, "offline", "new")
+            yield node_event(asked + delay, node, "new", vote)
+            last = max(last, asked + delay)
+            if node in runs:  # told to run on its ack, timed from then
+                state, status, took = runs[node]
+                yield node_event(asked + delay + 5, node, "ready", "running")
+                end = asked + delay + 5 + took
+                yield node_event(end, node, "running", state, exit_status=status, duration_ms=took)
+                last = max(last, end)
         yield emit(
             "job_state", last, job_id=job, command=cmd.name, state="complete", prev_state="running"
         )

@@ -11,20 +11,28 @@ Availability, flaps, outages and server downtime: see ``uptime.py``.
 
 Per command and node (``node_state`` events in the window): ``jobs`` = distinct jobs,
 then how many ended ``succeeded``, ``failed``, ``timed_out``, ``crashed``, ``nacked``,
-``aborted`` (the node let its commit go, or the job was aborted under it) and ``skipped``
-(a rolling-batch job halted before the node's turn: it never ran). A node still
-``waiting`` its turn, or running, when the window ends counts in ``jobs`` only. Per
-command also ``halted``: its jobs that ended ``halted`` in the window (a batch job that
-stopped starting nodes once its failure budget was spent). Failure rates are of the
-nodes that answered (every outcome but ``skipped``). A missing or empty command is
-``(unknown)``.
+``aborted`` (the node let its commit go, or the job was aborted under it), ``skipped``
+(a rolling-batch job halted before the node's turn: it never ran) and ``unavailable``
+(never asked: offline at the job's start, given up at its ``--offline-wait`` deadline,
+or not heard after a takeover); then ``late``: the nodes asked after waiting offline (an
+``offline`` -> ``new`` event), which also end in one of the outcomes, in this window or a
+later one. A node still ``waiting`` its turn, running, or waiting ``offline`` when the
+window ends counts in ``jobs`` only. Per command also ``halted``: its jobs that ended
+``halted`` in the window (a batch job that stopped starting nodes once its failure
+budget was spent). Failure rates are of the nodes that answered (every outcome but
+``skipped`` and ``unavailable``: neither was asked, or ran). A missing or empty command
+is ``(unknown)``.
 
-Latencies (``node_state`` events in the window, against the job's ``job_state`` events
-from the UTC day before the window's first day on: a job older than that is not matched,
-which lets a report read only the days it needs):
+Latencies (``node_state`` events in the window, against the *marks* (when commits were
+sent, when the job ran) from the UTC day before the window's first day on: a job or a
+late node asked before that is not matched, which lets a report read only the days it
+needs):
 
-- ``commit_to_ack``: from the job entering ``voting`` (commits sent) to a node's vote,
-  ``new`` -> ``ready`` or ``nacked``;
+- ``commit_to_ack``: from the node's commit to its vote, ``new`` -> ``ready`` or
+  ``nacked``. The commit is sent when the job enters ``voting`` (its ``job_state``
+  event), or to a late node when it comes back (its own ``offline`` -> ``new`` for the
+  job, which wins where there is one): a node that waited offline for 8 hours and acked
+  in 30 ms took 30 ms, not 8 hours;
 - ``run_to_finish``: a node's own run, to its end ``ready``/``running`` ->
   ``succeeded``, ``failed``, ``timed_out``, ``crashed`` or ``aborted``: the end event's
   ``duration_ms``, which the server measures from the job's runs, or for a rolling-batch
@@ -57,10 +65,23 @@ from pushjobs.pipeline import uptime
 from pushjobs.pipeline.events import KINDS
 from pushjobs.pipeline.uptime import OFFLINE, ONLINE
 
-OUTCOMES = ("succeeded", "failed", "timed_out", "crashed", "nacked", "aborted", "skipped")
-ANSWERED = OUTCOMES[:-1]  # every outcome but skipped: the base of failure rates
+OUTCOMES = (
+    "succeeded",
+    "failed",
+    "timed_out",
+    "crashed",
+    "nacked",
+    "aborted",
+    "skipped",
+    "unavailable",
+)
+NOT_ASKED = ("skipped", "unavailable")  # never asked, or never started: no answer
+ANSWERED = tuple(s for s in OUTCOMES if s not in NOT_ASKED)  # the base of failure rates
+LATE = "late"  # asked after waiting offline (``offline`` -> ``new``): not an outcome
+COUNTED = (*OUTCOMES, LATE)  # the counts of the outcome tables, in their column order
 HALTED = "halted"
 RUN_ENDS = ("succeeded", "failed", "timed_out", "crashed", "aborted")
+VOTED = ("ready", "nacked")  # a vote: new -> one of these
 QUANTILES = (0.5, 0.95, 0.99)
 BOX_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)  # latency_by_command: boxes and whiskers
 FAILURES = ("failed", "timed_out", "crashed")
@@ -142,8 +163,14 @@ DEFAULT_GAP_MS = 60_000
 DEFAULT_MIN_SAMPLES = 20
 
 
+def is_late(prev: str | None, state: str | None) -> bool:
+    """A node asked after waiting offline: its commit is sent now, not at the job's voting."""
+    return prev == "offline" and state == "new"
+
+
 def marks_from(since: int) -> int:
-    """The earliest ``job_state`` a window's latencies use: midnight UTC the day before."""
+    """The earliest mark (a job's ``job_state``, a late node's ``offline`` -> ``new``) a
+    window's latencies use: midnight UTC the day before."""
     return since - since % DAY_MS - DAY_MS
 
 
@@ -206,7 +233,7 @@ def _outcomes(
     rows: list[Event], since: int, until: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     jobs: dict[tuple[str, str], set[str]] = defaultdict(set)
-    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(OUTCOMES, 0))
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: dict.fromkeys(COUNTED, 0))
     for r in rows:
         if r.kind != "node_state" or not since <= r.ts < until:
             continue
@@ -214,6 +241,8 @@ def _outcomes(
         jobs[key].add(r.job)
         if r.state in OUTCOMES:
             counts[key][r.state] += 1
+        elif is_late(r.prev, r.state):
+            counts[key][LATE] += 1
     halted: dict[str, set[str]] = defaultdict(set)
     for r in rows:
         if r.kind == "job_state" and r.state == HALTED and since <= r.ts < until:
@@ -229,10 +258,10 @@ def _outcomes(
     for row in table:
         command: str = row["command"]
         agg = per_command.setdefault(
-            command, {"command": command, "nodes": 0, **dict.fromkeys(OUTCOMES, 0)}
+            command, {"command": command, "nodes": 0, **dict.fromkeys(COUNTED, 0)}
         )
         agg["nodes"] += 1
-        for name in OUTCOMES:
+        for name in COUNTED:
             agg[name] += row[name]
     by_command = [
         {"command": c, "jobs": len(command_jobs[c]), **per_command[c], HALTED: len(halted[c])}
@@ -246,13 +275,18 @@ def _latencies(
 ) -> tuple[dict[str, dict[str, list[int]]], dict[tuple[str, str], list[int]]]:
     voting: dict[str, int] = {}
     running: dict[str, int] = {}
+    asked: dict[tuple[str, str], int] = {}  # (job, node): a late node's commit
     first = marks_from(since)
     for r in rows:
-        if r.kind == "job_state" and first <= r.ts < until:
+        if not first <= r.ts < until:
+            continue
+        if r.kind == "job_state":
             state = r.state
             marks = voting if state == "voting" else running if state == "running" else None
             if marks is not None and r.job not in marks:
                 marks[r.job] = r.ts
+        elif r.kind == "node_state" and is_late(r.prev, r.state):
+            asked.setdefault((r.job, r.node), r.ts)
     samples: dict[str, dict[str, list[int]]] = {m: defaultdict(list) for m in METRICS}
     runs: dict[tuple[str, str], list[int]] = defaultdict(list)  # (command, node)
     votes: dict[str, list[int]] = defaultdict(list)  # command
@@ -260,9 +294,12 @@ def _latencies(
         if r.kind != "node_state" or not since <= r.ts < until:
             continue
         job, state, prev, ts = r.job, r.state, r.prev, r.ts
-        if prev == "new" and state in ("ready", "nacked") and job in voting:
-            samples["commit_to_ack"][r.node].append(max(0, ts - voting[job]))
-            votes[r.cmd].append(max(0, ts - voting[job]))
+        if prev == "new" and state in VOTED:
+            sent = asked.get((job, r.node), voting.get(job))
+            if sent is None:
+                continue
+            samples["commit_to_ack"][r.node].append(max(0, ts - sent))
+            votes[r.cmd].append(max(0, ts - sent))
         elif prev in ("ready", "running") and state in RUN_ENDS:
             if r.took is not None:
                 took = max(0, r.took)
@@ -345,7 +382,8 @@ def _stragglers(
 
 
 def _outcomes_by_day(rows: list[Event], since: int, until: int) -> list[dict[str, Any]]:
-    """Per UTC day and command: node outcomes (but skipped), and how many were failures."""
+    """Per UTC day and command: node outcomes (the answers: ``ANSWERED``), and how many
+    were failures."""
     counts: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     for r in rows:
         if r.kind == "node_state" and since <= r.ts < until and r.state in ANSWERED:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from pushjobs.pipeline.metrics import ANSWERED, FAILURES, FLEET, HALTED, OUTCOMES, Report
+from pushjobs.pipeline.metrics import ANSWERED, COUNTED, FAILURES, FLEET, HALTED, Report
 
 
 def pct_text(pct: float) -> str:
@@ -24,7 +24,8 @@ def pct_text(pct: float) -> str:
 
 
 def _failure_pct(row: dict[str, Any]) -> float | None:
-    """Failures among the nodes that answered: a node a halted batch job skipped never ran."""
+    """Failures among the nodes that answered: a node a halted batch job skipped never ran,
+    one unavailable was never asked."""
     ran = sum(row[k] for k in ANSWERED)
     return 100.0 * sum(row[k] for k in FAILURES) / ran if ran else None
 
@@ -149,7 +150,7 @@ def summary_text(report: Report) -> str:
         rate = "" if r["failure_pct"] is None else f" ({r['failure_pct']:.2f}% failed)"
         lines.append(
             f"command {r['command']}: {r['jobs']:,} jobs on {r['nodes']:,} nodes{rate}, "
-            + ", ".join(f"{k} {r[k]:,}" for k in OUTCOMES if r[k])
+            + ", ".join(f"{k} {r[k]:,}" for k in COUNTED if r[k])
             + (f"; jobs halted {r[HALTED]:,}" if r.get(HALTED) else "")
         )
     for metric, r in s["latency_ms"].items():

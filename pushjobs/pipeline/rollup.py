@@ -12,8 +12,9 @@ events (``spark_job.compute`` with ``rolled``; the tests hold the two to each ot
                            downtime and the jobs' marks are computed from them as from the
                            raw events), and the ``node_state`` events of the day's jobs
                            that are not regular (below)
-        outcomes.parquet   per (command, node): distinct regular jobs, and how many of
-                           their node events ended in each outcome; the day (midnight)
+        outcomes.parquet   per (command, node): distinct regular jobs, how many of
+                           their node events ended in each outcome, and how many were
+                           ``late`` (``offline`` -> ``new``); the day (midnight)
         commands.parquet   per command: distinct regular jobs
         samples.parquet    latency samples of regular jobs, one row per (metric, command,
                            node) with its values as a sorted list ``ms``; exact (no
@@ -30,8 +31,10 @@ events (``spark_job.compute`` with ``rolled``; the tests hold the two to each ot
 
 A job is *regular* for a day when every one of its ``node_state`` and ``job_state``
 events, in the whole archive, lies in that day (``jobspans.py``): then its node counts,
-its distinct count and its latencies (marks included) are the same in every window that
-holds the whole day, and add up across days. Every other job's node events are kept raw.
+its distinct count and its latencies (marks included: the job's, and a late node's own
+``offline`` -> ``new``) are the same in every window that holds the whole day, and add up
+across days. Every other job's node events are kept raw (a job that waited for an offline
+node past midnight among them).
 
 Which days: a day is *closed* once the archive holds a later day; each closed day with no
 valid rollup gets one when the archiver runs (``update``). An event archived late into a
@@ -60,9 +63,11 @@ from pushjobs.errors import MissingExtra
 from pushjobs.paths import fsync_dir
 from pushjobs.pipeline import events, jobspans
 from pushjobs.pipeline.jobspans import DAY_MS, JobSpans
-from pushjobs.pipeline.metrics import OUTCOMES, RUN_ENDS, UNKNOWN_COMMAND
+from pushjobs.pipeline.metrics import COUNTED, LATE, OUTCOMES, RUN_ENDS, UNKNOWN_COMMAND, VOTED
 
-FORMAT = "pushjobs-rollup/3"  # /1 had no command_samples, /2 counted samples: rebuilt
+# /1 had no command_samples, /2 counted samples, /3 timed a late node's vote from the job's
+# voting and had no unavailable and late counts: rebuilt
+FORMAT = "pushjobs-rollup/4"
 ROLLUPS = "_rollups"
 SILENCE_MS = 5000
 """Consecutive events further apart than this are written down: a report can find every
@@ -72,7 +77,6 @@ DATE_RE = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 RAW_RE = re.compile(r"^events-\d{20}-\d{20}\.parquet$")
 LIVENESS = ("node_online", "node_offline")  # as archive.LIVENESS, in a stable order
 VOTE, RUN = 0, 1  # metrics.METRICS.index: commit_to_ack, run_to_finish
-VOTED = ("ready", "nacked")
 
 
 def _arrow() -> Any:
@@ -302,16 +306,17 @@ def _commanded(pa: Any, pc: Any, states: Any) -> Any:
 def _outcomes(pa: Any, pc: Any, states: Any, midnight: int) -> Any:
     states = _commanded(pa, pc, states)
     cols = {name: pc.cast(pc.equal(states["state"], name), pa.int64()) for name in OUTCOMES}
+    cols[LATE] = pc.cast(pc.fill_null(_late(pc, states), False), pa.int64())
     table = pa.table(
         {"command": states["command"], "node": states["node"], "job_id": states["job_id"], **cols}
     )
     grouped = table.group_by(["command", "node"]).aggregate(
-        [("job_id", "count_distinct"), *((name, "sum") for name in OUTCOMES)]
+        [("job_id", "count_distinct"), *((name, "sum") for name in COUNTED)]
     )
     renamed = grouped.rename_columns(
-        {"job_id_count_distinct": "jobs", **{f"{n}_sum": n for n in OUTCOMES}}
+        {"job_id_count_distinct": "jobs", **{f"{n}_sum": n for n in COUNTED}}
     )
-    out = renamed.select(["command", "node", "jobs", *OUTCOMES]).sort_by(
+    out = renamed.select(["command", "node", "jobs", *COUNTED]).sort_by(
         [("command", "ascending"), ("node", "ascending")]
     )
     return out.append_column("day", pa.array([midnight] * len(out), pa.int64()))
@@ -324,9 +329,23 @@ def _commands(pa: Any, pc: Any, states: Any) -> Any:
     return grouped.rename_columns({"job_id_count_distinct": "jobs"}).select(["command", "jobs"])
 
 
+def _late(pc: Any, states: Any) -> Any:
+    """Where a node was asked after waiting offline (``metrics.is_late``)."""
+    return pc.and_(pc.equal(states["prev_state"], "offline"), pc.equal(states["state"], "new"))
+
+
 def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
     """Latency samples as ``spark_job._node_states`` takes them: (metric, command, node, ms)."""
     states = _commanded(pa, pc, states)
+    # A late node's commit: its own offline -> new (a regular job's, so in this day).
+    late = states.filter(pc.fill_null(_late(pc, states), False))
+    asked = (
+        pa.table({"job_id": late["job_id"], "node": late["node"], "asked_ts": late["ts"]})
+        .group_by(["job_id", "node"])
+        .aggregate([("asked_ts", "min")])
+        .rename_columns({"asked_ts_min": "asked_ts"})
+        .select(["job_id", "node", "asked_ts"])
+    )
     mark_ts = marks["ts"]
     firsts = pa.table(
         {
@@ -350,8 +369,11 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
             "duration_ms": states["duration_ms"],
         }
     )
-    joined = base.join(firsts, keys="job_id", join_type="left outer")
+    joined = base.join(firsts, keys="job_id", join_type="left outer").join(
+        asked, keys=["job_id", "node"], join_type="left outer"
+    )
     prev, state, ts = joined["prev_state"], joined["state"], joined["ts"]
+    sent = pc.coalesce(joined["asked_ts"], joined["voting_ts"])
 
     def yes(mask: Any) -> Any:
         return pc.fill_null(mask, False)
@@ -359,7 +381,7 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
     vote = yes(
         pc.and_(
             pc.and_(pc.equal(prev, "new"), pc.is_in(state, value_set=_strings(VOTED))),
-            pc.is_valid(joined["voting_ts"]),
+            pc.is_valid(sent),
         )
     )
     took = pc.coalesce(joined["duration_ms"], pc.subtract(ts, joined["running_ts"]))
@@ -372,7 +394,7 @@ def _samples(pa: Any, pc: Any, states: Any, marks: Any) -> Any:
             pc.is_valid(took),
         )
     )
-    ms = pc.max_element_wise(pc.if_else(vote, pc.subtract(ts, joined["voting_ts"]), took), 0)
+    ms = pc.max_element_wise(pc.if_else(vote, pc.subtract(ts, sent), took), 0)
     metric = pc.if_else(
         vote, pa.scalar(VOTE, pa.int8()), pc.if_else(end, pa.scalar(RUN, pa.int8()), None)
     )

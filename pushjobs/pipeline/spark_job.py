@@ -8,7 +8,7 @@ The plan, one pass per table family (measured on 10M events, 2 cores, with the e
 log's SQL metrics: see bench/pipeline.py --event-log): one aggregate over the input for
 the counts and the default window; the liveness events (few) cached for availability;
 the ``node_state`` events of the window joined with their job's marks (a broadcast: one
-small row per job), then
+small row per job) and their late nodes' own (another: one row per node asked late), then
 
 - one aggregation with grouping sets for every outcome table (per command and node, per
   command, per day and command), and one small one over job events for halted jobs;
@@ -40,13 +40,17 @@ from typing import Any
 from pushjobs.pipeline import events, rollup, spark_latency, spark_liveness, spark_rollups
 from pushjobs.pipeline.metrics import (
     ANSWERED,
+    COUNTED,
+    DAY_MS,
     DEFAULT_GAP_MS,
     DEFAULT_MIN_SAMPLES,
     FAILURES,
     HALTED,
+    LATE,
     OUTCOMES,
     RUN_ENDS,
     UNKNOWN_COMMAND,
+    VOTED,
     Report,
     marks_from,
 )
@@ -78,12 +82,16 @@ def load(
 
     Only complete files of the date partitions are read (``date=*/*.parquet``: not the
     rejected records, not a running archiver's ``*.tmp``), and no day after the window.
-    With ``since``, the window's days are read whole; the day before only for its
-    ``job_state`` events (the marks of jobs that started then), and the days before the
+    With ``since``, the window's days are read whole; the day before only for its marks:
+    its ``job_state`` events (of jobs that started then) and its late nodes' ``offline``
+    -> ``new`` (``late_marks``: when such a node's commit went); and the days before the
     window only for their liveness columns, since a node's state may have been set long
     ago. The archive keeps each family in row groups of its own, so the reader skips the
-    rest of those days. Days in ``skip`` (``YYYY-MM-DD``) are not read: a report takes
-    them from their rollups.
+    rest of those days by the ``kind`` statistics of their row groups. The late marks are
+    among the node events, so of the day before the columns a mark needs of those are
+    read too (a one-day window of bench/pipeline.py's 1M events: 14 % of the bytes, 8.4 %
+    before). Days in ``skip`` (``YYYY-MM-DD``) are not read: a report takes them from
+    their rollups.
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
@@ -116,12 +124,30 @@ def load(
 
     recent = df.where(day >= first).select(*names)
     marks = df.where(
-        (day >= events.day(max(0, marks_from(since)))) & (day < first) & (kind == "job_state")
-    ).select(*only(("offset", "ts", "kind", "job_id", "state")))
+        (day >= events.day(max(0, marks_from(since))))
+        & (day < first)
+        & ((kind == "job_state") | late_marks(F))
+    ).select(*only(("offset", "ts", "kind", "job_id", "node", "state", "prev_state")))
     older = df.where((day < first) & kind.isin("node_online", "node_offline")).select(
         *only(("offset", "ts", "kind", "node"))
     )
     return recent.unionByName(marks).unionByName(older)
+
+
+def late_marks(F: Any) -> Any:
+    """Usable ``node_state`` rows of a node asked after waiting offline (``offline`` ->
+    ``new``, ``metrics.is_late``): when its commit went. Usable ones only: a day before
+    the window is read for these, and its unusable rows are not counted there."""
+    node, job = F.col("node"), F.col("job_id")
+    return (
+        (F.col("kind") == "node_state")
+        & (F.col("prev_state") == "offline")
+        & (F.col("state") == "new")
+        & node.isNotNull()
+        & (node != "")
+        & job.isNotNull()
+        & (job != "")
+    )
 
 
 def usable(F: Any) -> Any:
@@ -199,7 +225,9 @@ def compute(
     live = spark_liveness.marked(F, good, until).cache()
     try:
         if rolled is None:
-            gaps = spark_liveness.server_gaps(F, good, live, until, server_gap_ms)
+            gaps = spark_liveness.server_gaps(
+                F, _gap_events(F, good, since), live, until, server_gap_ms
+            )
         else:
             gaps = _rolled_gaps(
                 F, raw_good, rolled, live, since=since, until=until, gap_ms=server_gap_ms
@@ -249,22 +277,33 @@ def compute(
 
 
 def _node_states(F: Any, good: Any, since: int, until: int) -> Any:
-    """``node_state`` events in the window, with their latency sample (metric, ms) if any."""
+    """``node_state`` events in the window, each saying whether it is a node asked late
+    (``late``), with their latency sample (metric, ms) if any."""
     ts = F.col("ts")
+    marked = (ts >= marks_from(since)) & (ts < until)
     marks = (
-        good.where((F.col("kind") == "job_state") & (ts >= marks_from(since)) & (ts < until))
+        good.where((F.col("kind") == "job_state") & marked)
         .groupBy("job_id")
         .agg(
             F.min(F.when(F.col("state") == "voting", ts)).alias("voting_ts"),
             F.min(F.when(F.col("state") == "running", ts)).alias("running_ts"),
         )
     )
+    # A late node's commit went when it was asked: one row per late node, a broadcast too.
+    asked = (
+        good.where(late_marks(F) & marked)
+        .groupBy("job_id", "node")
+        .agg(F.min(ts).alias("asked_ts"))
+    )
     states = good.where((F.col("kind") == "node_state") & (ts >= since) & (ts < until)).select(
         "job_id", "node", "command", "state", "prev_state", "ts", "duration_ms"
     )
-    joined = states.join(F.broadcast(marks), "job_id", "left")
+    joined = states.join(F.broadcast(marks), "job_id", "left").join(
+        F.broadcast(asked), ["job_id", "node"], "left"
+    )
     prev, state = F.col("prev_state"), F.col("state")
-    vote = (prev == "new") & state.isin("ready", "nacked") & F.col("voting_ts").isNotNull()
+    sent = F.coalesce(F.col("asked_ts"), F.col("voting_ts"))
+    vote = (prev == "new") & state.isin(*VOTED) & sent.isNotNull()
     took = F.coalesce(F.col("duration_ms"), ts - F.col("running_ts"))
     end = prev.isin("ready", "running") & state.isin(*RUN_ENDS) & took.isNotNull()
     return joined.select(
@@ -272,9 +311,10 @@ def _node_states(F: Any, good: Any, since: int, until: int) -> Any:
         "node",
         "command",
         "state",
-        (ts - ts % 86_400_000).alias("day"),
+        ((prev == "offline") & (state == "new")).alias(LATE),
+        (ts - ts % DAY_MS).alias("day"),
         F.when(vote, F.lit(VOTE).cast("byte")).when(end, F.lit(RUN).cast("byte")).alias("metric"),
-        F.greatest(F.lit(0), F.when(vote, ts - F.col("voting_ts")).otherwise(took)).alias("ms"),
+        F.greatest(F.lit(0), F.when(vote, ts - sent).otherwise(took)).alias("ms"),
     )
 
 
@@ -311,6 +351,7 @@ def _outcomes(
             F.grouping_id().alias("set"),
             F.countDistinct("job_id").alias("jobs"),
             *[F.count(F.when(state == s, 1)).alias(s) for s in OUTCOMES],
+            F.count(F.when(F.col(LATE), 1)).alias(LATE),
         )
         .collect()
     )
@@ -320,7 +361,7 @@ def _outcomes(
     daily: dict[tuple[int, str], dict[str, int]] = {}
     for r in rows:
         if r["set"] == 0b010:
-            daily[(r["day"], r["command"])] = {s: int(r[s]) for s in OUTCOMES}
+            daily[(r["day"], r["command"])] = {s: int(r[s]) for s in COUNTED}
     if rolled is not None:
         # The whole days' counts, per (command, node) and per (day, command), in one pass.
         summed = (
@@ -330,7 +371,7 @@ def _outcomes(
             .agg(
                 F.grouping_id().alias("set"),
                 F.sum("jobs").alias("jobs"),
-                *[F.sum(s).alias(s) for s in OUTCOMES],
+                *[F.sum(s).alias(s) for s in COUNTED],
             )
             .collect()
         )
@@ -342,22 +383,22 @@ def _outcomes(
         per_node, jobs = spark_rollups.merge_outcomes(per_node, jobs, rolled_rows, rolled_jobs)
         for r in summed:
             if r["set"] == 0b010:
-                into = daily.setdefault((r["day"], r["command"]), dict.fromkeys(OUTCOMES, 0))
-                for s in OUTCOMES:
+                into = daily.setdefault((r["day"], r["command"]), dict.fromkeys(COUNTED, 0))
+                for s in COUNTED:
                     into[s] += int(r[s])
     table = [
         {"command": r["command"], "node": r["node"], "jobs": int(r["jobs"])}
-        | {s: int(r[s]) for s in OUTCOMES}
+        | {s: int(r[s]) for s in COUNTED}
         for r in sorted(per_node, key=lambda r: (r["command"], r["node"]))
     ]
     by_command: dict[str, dict[str, Any]] = {}
     for row in table:  # sums per command, from the per-node rows
         c = row["command"]
         agg = by_command.setdefault(
-            c, {"command": c, "jobs": jobs[c], "nodes": 0, **dict.fromkeys(OUTCOMES, 0)}
+            c, {"command": c, "jobs": jobs[c], "nodes": 0, **dict.fromkeys(COUNTED, 0)}
         )
         agg["nodes"] += 1
-        for s in OUTCOMES:
+        for s in COUNTED:
             agg[s] += row[s]
     by_day = [
         {
@@ -372,6 +413,13 @@ def _outcomes(
     return table, [by_command[c] for c in sorted(by_command)], by_day
 
 
+def _gap_events(F: Any, rows: Any, since: int) -> Any:
+    """``rows`` less the late marks read from the days before the window (``load``):
+    server gaps are found from the same events whether those days come raw or rolled up
+    (where only the late marks of jobs that are not regular are kept)."""
+    return rows.where((F.col("kind") != "node_state") | (F.col("ts") >= since - since % DAY_MS))
+
+
 def _rolled_gaps(
     F: Any, raw_good: Any, rolled: Rolled, live: Any, *, since: int, until: int, gap_ms: int
 ) -> list[tuple[int, int]]:
@@ -381,7 +429,8 @@ def _rolled_gaps(
     ts = F.col("ts")
     # The kept rows of the days before the window (those of whole days are in their
     # silences already).
-    rest = raw_good.select("ts").unionByName(rolled.kept.where(ts < since).select("ts"))
+    rest = _gap_events(F, raw_good, since).select("ts")
+    rest = rest.unionByName(_gap_events(F, rolled.kept.where(ts < since), since).select("ts"))
     slices = rest.where(ts < until).groupBy(F.floor(ts / width))
     buckets = [
         (int(r["lo"]), int(r["hi"]))

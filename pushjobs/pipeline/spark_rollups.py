@@ -4,8 +4,10 @@
 rollup of every *whole* day of its window that has a valid one, and the raw events of the
 rest, exactly as ``spark_job.load`` would (the partial days at the window's ends, days
 not rolled up yet). The days before the window are read from their rollups too where
-they have one: their liveness events (and the day before the window's ``job_state``
-events, its jobs' marks) are in the rollup's ``kept`` rows.
+they have one: their liveness events (and the day before the window's marks: its
+``job_state`` events, and its late nodes' ``offline`` -> ``new``, which only a job
+that is not regular can need, and whose node events a rollup keeps raw) are in the
+rollup's ``kept`` rows.
 
 ``spark_job.compute`` then takes the raw events and the rollups (``Rolled``) together:
 
@@ -32,7 +34,7 @@ from typing import Any
 
 from pushjobs.pipeline import events, rollup, uptime
 from pushjobs.pipeline.jobspans import DAY_MS
-from pushjobs.pipeline.metrics import OUTCOMES, marks_from
+from pushjobs.pipeline.metrics import COUNTED, marks_from
 from pushjobs.pipeline.rollup import Manifest
 
 
@@ -41,7 +43,7 @@ class Rolled:
     """The rolled-up days a report reads, by their part in it, and their tables."""
 
     inside: dict[str, Manifest]  # whole days of the window
-    before: dict[str, Manifest] = field(default_factory=dict)  # the day before: + job_state
+    before: dict[str, Manifest] = field(default_factory=dict)  # the day before: + marks
     older: dict[str, Manifest] = field(default_factory=dict)  # earlier: liveness only
     outside: dict[str, Manifest] = field(default_factory=dict)  # no window yet: rows only
     kept: Any = None  # raw-schema rows of inside, before and older days, as load() keeps
@@ -167,7 +169,7 @@ def load(spark: Any, location: Path, rolled: Rolled) -> None:
     """Read the chosen days' tables (lazily) into ``rolled``."""
     from pyspark.sql import functions as F
 
-    from pushjobs.pipeline.spark_job import schema
+    from pushjobs.pipeline.spark_job import late_marks, schema
 
     def files(days: Any, table: str) -> list[str]:
         return [str(rollup.folder(location, d) / f"{table}.parquet") for d in sorted(days)]
@@ -180,7 +182,7 @@ def load(spark: Any, location: Path, rolled: Rolled) -> None:
         # The day before the window: its marks, and (as every day before it) its liveness.
         kept = kept.unionByName(
             reader.parquet(*files(rolled.before, "kept"))
-            .where(kind.isin("job_state", "node_online", "node_offline"))
+            .where(kind.isin("job_state", "node_online", "node_offline") | late_marks(F))
             .select(*names)
         )
     if rolled.older:
@@ -197,7 +199,7 @@ def load(spark: Any, location: Path, rolled: Rolled) -> None:
 
 SCHEMAS = {
     "outcomes": "command string, node string, jobs bigint, "
-    + ", ".join(f"{s} bigint" for s in OUTCOMES)
+    + ", ".join(f"{s} bigint" for s in COUNTED)
     + ", day bigint",
     "commands": "command string, jobs bigint",
     "samples": "metric tinyint, command string, node string, ms array<bigint>",
@@ -253,10 +255,10 @@ def merge_outcomes(
     for row in (*raw_rows, *rolled_rows):
         key = (row["command"], row["node"])
         into = table.setdefault(
-            key, {"command": key[0], "node": key[1], "jobs": 0, **dict.fromkeys(OUTCOMES, 0)}
+            key, {"command": key[0], "node": key[1], "jobs": 0, **dict.fromkeys(COUNTED, 0)}
         )
         into["jobs"] += int(row["jobs"])
-        for s in OUTCOMES:
+        for s in COUNTED:
             into[s] += int(row[s])
     jobs = dict(raw_jobs)
     for command, n in rolled_jobs.items():

@@ -110,19 +110,20 @@ AVAILABILITY = [
 ]  # fmt: skip
 
 _Z = {"succeeded": 0, "failed": 0, "timed_out": 0, "crashed": 0, "nacked": 0, "aborted": 0,
-      "skipped": 0}  # fmt: skip
+      "skipped": 0, "unavailable": 0, "late": 0}  # fmt: skip
+# c was offline at J1's start: unavailable, never asked (no answer, as skipped is none).
 OUTCOMES = [
     {"command": "deploy", "node": "a", "jobs": 1, **_Z, "crashed": 1},
     {"command": "deploy", "node": "c", "jobs": 1, **_Z, "succeeded": 1},
     {"command": "uptime", "node": "a", "jobs": 2, **_Z, "succeeded": 2},
     {"command": "uptime", "node": "b", "jobs": 2, **_Z, "failed": 1, "nacked": 1},
-    {"command": "uptime", "node": "c", "jobs": 2, **_Z, "timed_out": 1},
+    {"command": "uptime", "node": "c", "jobs": 2, **_Z, "timed_out": 1, "unavailable": 1},
 ]
 BY_COMMAND = [
     {"command": "deploy", "jobs": 1, "nodes": 2, **_Z, "succeeded": 1, "crashed": 1,
      "halted": 0},
     {"command": "uptime", "jobs": 2, "nodes": 3, **_Z, "succeeded": 2, "failed": 1,
-     "timed_out": 1, "nacked": 1, "halted": 0},
+     "timed_out": 1, "nacked": 1, "unavailable": 1, "halted": 0},
 ]  # fmt: skip
 
 
@@ -331,4 +332,98 @@ BATCH_LATENCY_BY_COMMAND = [
      "p50": 20.0, "p75": 27.5, "p95": 37.5, "p99": 39.5},
     {"metric": "run_to_finish", "command": "patch", "count": 2, "p5": 1_050.0, "p25": 1_250.0,
      "p50": 1_500.0, "p75": 1_750.0, "p95": 1_950.0, "p99": 1_990.0},
+]  # fmt: skip
+
+
+# --- a fourth history: jobs that wait for offline nodes (``job start --offline-wait``).
+# Window [LATE_SINCE, LATE_SINCE + DAY) = 1970-01-03, so marks are read from 1970-01-02 on.
+# A late node is asked (``offline`` -> ``new``) when it comes back, hours after the job's
+# voting: its commit_to_ack runs from then, not from the job's voting.
+DAY, HOUR = 86_400_000, 3_600_000
+LATE_SINCE = 2 * DAY
+LATE_UNTIL = LATE_SINCE + DAY
+_B = "backup"
+
+
+def _wait(job: str, node: str, ts: int, prev: str, state: str, took: int | None = None):
+    return {**_node(job, node, ts, prev, state, _B), "duration_ms": took}
+
+
+_W1, _W2, _W3 = LATE_SINCE + 1_000, LATE_SINCE + 10 * HOUR, DAY - 1_000
+OFFLINE_WAIT: list[dict[str, Any]] = [
+    # W1 (--offline-wait 8h) on x, y, z: y and z offline at start. x votes in 40 ms and
+    # runs 500. y is back 3 h later: asked then, votes 30 ms after, runs 1_000. z never
+    # comes back: unavailable at the deadline, and the job completes then.
+    _job("W1", _W1, "voting", _B),
+    _wait("W1", "y", _W1, "new", "offline"),
+    _wait("W1", "z", _W1, "new", "offline"),
+    _wait("W1", "x", _W1 + 40, "new", "ready"),
+    _job("W1", _W1 + 200, "running", _B),
+    _wait("W1", "x", _W1 + 205, "ready", "running", 0),
+    _wait("W1", "x", _W1 + 705, "running", "succeeded", 500),
+    _wait("W1", "y", _W1 + 3 * HOUR, "offline", "new"),
+    _wait("W1", "y", _W1 + 3 * HOUR + 30, "new", "ready"),
+    _wait("W1", "y", _W1 + 3 * HOUR + 35, "ready", "running", 0),
+    _wait("W1", "y", _W1 + 3 * HOUR + 1_035, "running", "failed", 1_000),
+    _wait("W1", "z", _W1 + 8 * HOUR, "offline", "unavailable"),
+    {**_job("W1", _W1 + 8 * HOUR, "complete", _B), "prev_state": "running"},
+    # W2 (no offline wait) on x and v: v offline at start is unavailable at once; x votes
+    # in 50 ms and runs 2_000.
+    _job("W2", _W2, "voting", _B),
+    _wait("W2", "v", _W2, "new", "unavailable"),
+    _wait("W2", "x", _W2 + 50, "new", "ready"),
+    _job("W2", _W2 + 200, "running", _B),
+    _wait("W2", "x", _W2 + 205, "ready", "running", 0),
+    _wait("W2", "x", _W2 + 2_205, "running", "succeeded", 2_000),
+    # W3 (--offline-wait 2d) started before the marks are read (1970-01-01): its voting
+    # mark is not found, but u's own is: asked 10 ms before the window, a nack 20 ms into
+    # it. u is late before the window (not counted late), its vote in it (30 ms).
+    _job("W3", _W3, "voting", _B),
+    _wait("W3", "u", _W3, "new", "offline"),
+    _wait("W3", "u", LATE_SINCE - 10, "offline", "new"),
+    _wait("W3", "u", LATE_SINCE + 20, "new", "nacked"),
+]
+for i, row in enumerate(OFFLINE_WAIT):
+    row["offset"] = i
+
+# In the window: W1's 13 events and W2's 6, and u's nack.
+OFFLINE_WAIT_IN_WINDOW = 20
+# x: W1 and W2, succeeded twice; y: late, failed; z: unavailable (given up at the deadline,
+# its new -> offline also in the window: one job); v: unavailable (offline at start); u:
+# nacked, its offline -> new before the window.
+OFFLINE_WAIT_OUTCOMES = [
+    {"command": _B, "node": "u", "jobs": 1, **_Z, "nacked": 1},
+    {"command": _B, "node": "v", "jobs": 1, **_Z, "unavailable": 1},
+    {"command": _B, "node": "x", "jobs": 2, **_Z, "succeeded": 2},
+    {"command": _B, "node": "y", "jobs": 1, **_Z, "failed": 1, "late": 1},
+    {"command": _B, "node": "z", "jobs": 1, **_Z, "unavailable": 1},
+]
+OFFLINE_WAIT_BY_COMMAND = [
+    {"command": _B, "jobs": 3, "nodes": 5, **_Z, "succeeded": 2, "failed": 1, "nacked": 1,
+     "unavailable": 2, "late": 1, "halted": 0},
+]  # fmt: skip
+# Answered: succeeded 2, failed 1, nacked 1 (unavailable is no answer): 1 failure of 4.
+OFFLINE_WAIT_OUTCOMES_BY_DAY = [{"day": "1970-01-03", "command": _B, "outcomes": 4, "failures": 1}]
+# commit_to_ack: u 30 (from its own mark), x 40 and 50, y 30 (from its own mark, not
+#   3 h + 30 from W1's voting): [30, 30, 40, 50] p50 pos 1.5 -> 35, p95 pos 2.85 -> 48.5,
+#   p99 pos 2.97 -> 49.7; x [40, 50]: 45, 49.5, 49.9
+# run_to_finish: x 500 and 2_000, y 1_000: [500, 1_000, 2_000] p50 1_000, p95 pos 1.9 ->
+#   1_900, p99 pos 1.98 -> 1_980; x [500, 2_000]: 1_250, 1_925, 1_985
+OFFLINE_WAIT_LATENCY = [
+    _lat("commit_to_ack", "(fleet)", 4, 35.0, 48.5, 49.7),
+    _lat("commit_to_ack", "u", 1, 30.0, 30.0, 30.0),
+    _lat("commit_to_ack", "x", 2, 45.0, 49.5, 49.9),
+    _lat("commit_to_ack", "y", 1, 30.0, 30.0, 30.0),
+    _lat("run_to_finish", "(fleet)", 3, 1_000.0, 1_900.0, 1_980.0),
+    _lat("run_to_finish", "x", 2, 1_250.0, 1_925.0, 1_985.0),
+    _lat("run_to_finish", "y", 1, 1_000.0, 1_000.0, 1_000.0),
+]
+# Per command, at q * (n - 1): votes [30, 30, 40, 50] at 0.15 -> 30, 0.75 -> 30, 1.5 -> 35,
+#   2.25 -> 42.5, 2.85 -> 48.5, 2.97 -> 49.7; runs [500, 1_000, 2_000] at 0.1 -> 550,
+#   0.5 -> 750, 1 -> 1_000, 1.5 -> 1_500, 1.9 -> 1_900, 1.98 -> 1_980
+OFFLINE_WAIT_LATENCY_BY_COMMAND = [
+    {"metric": "commit_to_ack", "command": _B, "count": 4, "p5": 30.0, "p25": 30.0,
+     "p50": 35.0, "p75": 42.5, "p95": 48.5, "p99": 49.7},
+    {"metric": "run_to_finish", "command": _B, "count": 3, "p5": 550.0, "p25": 750.0,
+     "p50": 1_000.0, "p75": 1_500.0, "p95": 1_900.0, "p99": 1_980.0},
 ]  # fmt: skip

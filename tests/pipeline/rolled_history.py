@@ -6,9 +6,14 @@ windows whose report from rollups must equal the one from raw events.
            node_online with an empty node)
     day 1  a flaps; c appears at noon; a one-hour silence ends with b announced again
            (a server gap, for gaps over 10 min); job j3 (patch) regular: a nacks, b
-           times out; batch job j4 (deploy) halts, b skipped; job j2 (backup) starts at
-           23:59 and runs over midnight
-    day 2  j2 ends on both nodes; c goes offline
+           times out; job j8 (patch, --offline-wait) regular: c, never heard at its
+           start, is asked when it appears; batch job j4 (deploy) halts, b skipped; job
+           j9 (patch, --offline-wait 8h) waits for d and e: d appears just before
+           midnight, is asked then and votes after it; job j2 (backup) starts at 23:59
+           and runs over midnight
+    day 2  j2 ends on both nodes; e is unavailable at j9's deadline; c goes offline; a
+           flaps while job j10 (patch, --offline-wait 2h) waits for it and for c: a is
+           asked when back, c unavailable at the deadline (j10 is regular)
     day 3  no event at all (no partition)
     day 4  job j5 (uptime) on a, c back online: the newest day, never rolled up
 """
@@ -96,7 +101,24 @@ _job(D1 + 10 * HOUR + 200, "j3", "running", "patch", "voting")
 _node(D1 + 10 * HOUR + 205, "j3", "b", "ready", "running", "patch")
 _node(D1 + 10 * HOUR + 5 * MIN, "j3", "b", "running", "timed_out", "patch", 5 * MIN - 205)
 _job(D1 + 10 * HOUR + 5 * MIN, "j3", "timed_out", "patch", "running")
+# j8 waits for c, never heard yet: asked as c appears, its vote 25 ms after
+J8 = D1 + 11 * HOUR
+_ev(J8, "job_created", job_id="j8", command="patch", state="new")
+_job(J8 + 1, "j8", "voting", "patch", "new")
+_node(J8 + 1, "j8", "c", "new", "offline", "patch")
+_node(J8 + 20, "j8", "a", "new", "ready", "patch")
+_node(J8 + 21, "j8", "b", "new", "ready", "patch")
+_job(J8 + 200, "j8", "running", "patch", "voting")
+_node(J8 + 205, "j8", "a", "ready", "running", "patch")
+_node(J8 + 205, "j8", "b", "ready", "running", "patch")
+_node(J8 + 235, "j8", "a", "running", "succeeded", "patch", 30)
+_node(J8 + 238, "j8", "b", "running", "succeeded", "patch", 33)
 _live(D1 + 12 * HOUR, "c")
+_node(D1 + 12 * HOUR + 2, "j8", "c", "offline", "new", "patch")
+_node(D1 + 12 * HOUR + 27, "j8", "c", "new", "ready", "patch")
+_node(D1 + 12 * HOUR + 30, "j8", "c", "ready", "running", "patch")
+_node(D1 + 12 * HOUR + 72, "j8", "c", "running", "succeeded", "patch", 42)
+_job(D1 + 12 * HOUR + 72, "j8", "complete", "patch", "running")
 _ev(D1 + 14 * HOUR, "job_created", job_id="j4", command="deploy", state="new")
 _job(D1 + 14 * HOUR + 1, "j4", "voting", "deploy", "new")
 _node(D1 + 14 * HOUR + 20, "j4", "a", "new", "ready", "deploy")
@@ -106,6 +128,16 @@ _node(D1 + 14 * HOUR + 205, "j4", "a", "ready", "running", "deploy")
 _node(D1 + 14 * HOUR + 205 + 8000, "j4", "a", "running", "failed", "deploy", 8000)
 _node(D1 + 14 * HOUR + 205 + 8001, "j4", "b", "ready", "skipped", "deploy")
 _job(D1 + 14 * HOUR + 205 + 8002, "j4", "halted", "deploy", "running")
+# j9 waits 8 h for d and e (both never heard); a runs at once
+J9 = D1 + 20 * HOUR
+_ev(J9, "job_created", job_id="j9", command="patch", state="new")
+_job(J9 + 1, "j9", "voting", "patch", "new")
+_node(J9 + 1, "j9", "d", "new", "offline", "patch")
+_node(J9 + 1, "j9", "e", "new", "offline", "patch")
+_node(J9 + 22, "j9", "a", "new", "ready", "patch")
+_job(J9 + 200, "j9", "running", "patch", "voting")
+_node(J9 + 205, "j9", "a", "ready", "running", "patch")
+_node(J9 + 236, "j9", "a", "running", "succeeded", "patch", 31)
 J2 = D1 + DAY - MIN  # 23:59
 _ev(J2, "job_created", job_id="j2", command="backup", state="new")
 _job(J2 + 1, "j2", "voting", "backup", "new")
@@ -114,14 +146,39 @@ _node(J2 + 27, "j2", "b", "new", "ready", "backup")
 _job(J2 + 200, "j2", "running", "backup", "voting")
 _node(J2 + 205, "j2", "a", "ready", "running", "backup")
 _node(J2 + 205, "j2", "b", "ready", "running", "backup")
+_live(T0 + 2 * DAY - 10, "d")  # d appears 10 ms before midnight: asked for j9 then
+_node(T0 + 2 * DAY - 8, "j9", "d", "offline", "new", "patch")
 
 # day 2: j2 ends after midnight; c goes offline
 D2 = T0 + 2 * DAY
 _node(D2 + 2 * MIN, "j2", "a", "running", "succeeded", "backup", 2 * MIN + MIN - 205)
 _node(D2 + 3 * MIN, "j2", "b", "running", "succeeded", "backup")  # no duration: from running
 _job(D2 + 3 * MIN, "j2", "complete", "backup", "running")
+_node(D2 + 20, "j9", "d", "new", "ready", "patch")  # 28 ms after it was asked
+_node(D2 + 25, "j9", "d", "ready", "running", "patch")
+_node(D2 + 70, "j9", "d", "running", "succeeded", "patch", 45)
 _live(D2 + 4 * HOUR, "c", online=False)
+_node(J9 + 1 + 8 * HOUR, "j9", "e", "offline", "unavailable", "patch")  # the deadline
+_job(J9 + 1 + 8 * HOUR, "j9", "complete", "patch", "running")
 _run(D2 + 5 * HOUR, "j6", "uptime", {"a": ("succeeded", 41), "b": ("crashed", 50)})
+# j10 waits 2 h for a (away for an hour) and c (offline since 04:00)
+_live(D2 + 8 * HOUR, "a", online=False)
+J10 = D2 + 8 * HOUR + 30 * MIN
+_ev(J10, "job_created", job_id="j10", command="patch", state="new")
+_job(J10 + 1, "j10", "voting", "patch", "new")
+_node(J10 + 1, "j10", "a", "new", "offline", "patch")
+_node(J10 + 1, "j10", "c", "new", "offline", "patch")
+_node(J10 + 24, "j10", "b", "new", "ready", "patch")
+_job(J10 + 200, "j10", "running", "patch", "voting")
+_node(J10 + 205, "j10", "b", "ready", "running", "patch")
+_node(J10 + 239, "j10", "b", "running", "succeeded", "patch", 34)
+_live(D2 + 9 * HOUR, "a")
+_node(D2 + 9 * HOUR + 2, "j10", "a", "offline", "new", "patch")
+_node(D2 + 9 * HOUR + 29, "j10", "a", "new", "ready", "patch")  # 27 ms after it was asked
+_node(D2 + 9 * HOUR + 33, "j10", "a", "ready", "running", "patch")
+_node(D2 + 9 * HOUR + 93, "j10", "a", "running", "failed", "patch", 60)
+_node(J10 + 1 + 2 * HOUR, "j10", "c", "offline", "unavailable", "patch")
+_job(J10 + 1 + 2 * HOUR, "j10", "complete", "patch", "running")
 
 # day 3: nothing. day 4: the newest
 D4 = T0 + 4 * DAY

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from pushjobs.pipeline import output
 from pushjobs.pipeline.metrics import compute, percentile
 from tests.pipeline import history as h
 
@@ -128,3 +129,27 @@ def is_the_batch_report(report):
 
 def test_a_batch_node_runs_from_its_turn_and_skipped_nodes_are_an_outcome():
     is_the_batch_report(compute(shuffled(h.BATCH), since=0, until=h.BATCH_UNTIL, min_samples=1))
+
+
+def is_the_offline_wait_report(report):
+    """The hand-computed answers for ``h.OFFLINE_WAIT``, whichever engine computed it."""
+    assert report.events == h.OFFLINE_WAIT_IN_WINDOW
+    assert report.outcomes == h.OFFLINE_WAIT_OUTCOMES
+    assert report.by_command == h.OFFLINE_WAIT_BY_COMMAND
+    assert report.outcomes_by_day == h.OFFLINE_WAIT_OUTCOMES_BY_DAY
+    same_latency(report.latency, h.OFFLINE_WAIT_LATENCY)
+    same_rows(report.latency_by_command, h.OFFLINE_WAIT_LATENCY_BY_COMMAND)
+    assert report.stragglers == []
+
+
+def test_a_late_node_acks_from_its_own_commit_and_unavailable_is_no_answer():
+    report = compute(
+        shuffled(h.OFFLINE_WAIT), since=h.LATE_SINCE, until=h.LATE_UNTIL, min_samples=1
+    )
+    is_the_offline_wait_report(report)
+    # y waited 3 h offline, then acked in 30 ms: its commit_to_ack is seconds, not hours
+    y = next(r for r in report.latency if r["scope"] == "y" and r["metric"] == "commit_to_ack")
+    assert y["p99"] < 1_000
+    # failed 1 of the 4 that answered: the 2 unavailable are no more in the rate than skipped
+    (backup,) = output.presented(report)["outcomes_by_command"]
+    assert backup["failure_pct"] == 25.0

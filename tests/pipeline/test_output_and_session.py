@@ -142,7 +142,7 @@ def test_a_big_fleets_counts_are_grouped_in_thousands():
     report = metrics.Report(0, 86_400_000, events=100_347_263, skipped=1_204)
     report.by_command = [
         {"command": "backup", "jobs": 444_919, "nodes": 10_000}
-        | dict.fromkeys(metrics.OUTCOMES, 0)
+        | dict.fromkeys(metrics.COUNTED, 0)
         | {"succeeded": 7_673_733, "failed": 78_131}
     ]
     report.availability = [

@@ -18,6 +18,7 @@ from pushjobs.log.topics import create_standard_topics
 from pushjobs.pipeline import demo, metrics, spark_job, uptime
 from pushjobs.pipeline.archive import Archiver
 from tests.pipeline import history as h
+from tests.pipeline.test_metrics import same_latency
 
 pytestmark = pytest.mark.spark
 
@@ -80,28 +81,47 @@ def test_demo_leaves_no_temporary_folder(spark, tmp_path, monkeypatch):
 
 def test_a_window_reads_its_days_and_agrees_with_the_reference(spark, tmp_path):
     rows = list(demo.history(nodes=6, days=5, jobs_per_day=12, seed=4))
-    demo.write_parquet(iter(rows), tmp_path)
     day3 = demo.DAY_MS * (rows[0]["ts"] // demo.DAY_MS + 3)
     since, until = day3 + 3_600_000, day3 + demo.DAY_MS  # 01:00 to midnight of day 3
+    # A job of day 2 waits for a laptop: asked as it appears 10 ms before midnight, it
+    # votes once the window is open. Its commit_to_ack runs from its own mark, which only
+    # the day before holds: 1 h 30 ms (not the 4 h since the job's voting).
+    job = {"job_id": "late", "command": "uptime"}
+    laptop = {**job, "kind": "node_state", "node": "laptop"}
+    rows += [
+        {**job, "kind": "job_state", "ts": day3 - 4 * 3_600_000, "state": "voting"},
+        {**laptop, "ts": day3 - 4 * 3_600_000, "prev_state": "new", "state": "offline"},
+        {**laptop, "ts": day3 - 10, "prev_state": "offline", "state": "new"},
+        {**laptop, "ts": since + 20, "prev_state": "new", "state": "ready"},
+    ]
+    for i, row in enumerate(rows):
+        row["offset"] = i
+    demo.write_parquet(iter(rows), tmp_path)
     df = spark_job.load(spark, str(tmp_path), since, until)
-    read = df.select(F.input_file_name().alias("f")).distinct().collect()
-    days = sorted({Path(r["f"]).parent.name for r in read})
+    late = F.coalesce((F.col("prev_state") == "offline") & (F.col("state") == "new"), F.lit(False))
+    read = df.select("kind", late.alias("late"), F.input_file_name().alias("f")).distinct()
+    files = [(r["kind"], r["late"], Path(r["f"]).parent.name) for r in read.collect()]
+    days = sorted({day for _, _, day in files})
     name = uptime.day_name
     assert days == [f"date={name(day3 + d * demo.DAY_MS)}" for d in range(-3, 1)]
 
-    def days_of(kind):
-        files = df.where(F.col("kind") == kind).select(F.input_file_name().alias("f"))
-        return sorted({Path(r["f"]).parent.name for r in files.distinct().collect()})
+    def days_of(kind, *late):
+        return sorted({day for k, is_late, day in files if k == kind and is_late in late})
 
-    # node events of the window only; job marks from the day before too; liveness from all
-    assert (days_of("node_state"), days_of("job_state")) == (days[-1:], days[-2:])
-    assert days_of("node_online") == days
+    # node events of the window, and of the day before only those asking a late node;
+    # job marks from the day before too; liveness from all
+    assert days_of("node_state", False) == days[-1:]
+    assert days_of("node_state", True)[0] == days[-2]
+    assert days_of("node_state", True, False) == days_of("job_state", False) == days[-2:]
+    assert days_of("node_online", False) == days
     got = spark_job.compute(df, since=since, until=until, min_samples=1)
     want = metrics.compute(rows, since=since, until=until, min_samples=1)
     assert got.events == want.events > 0
     assert got.availability == want.availability
     assert got.outcomes == want.outcomes and got.by_command == want.by_command
-    assert [r["count"] for r in got.latency] == [r["count"] for r in want.latency]
+    same_latency(got.latency, want.latency)
+    (acked,) = [r for r in got.latency if r["scope"] == "laptop"]
+    assert (acked["metric"], acked["count"], acked["p50"]) == ("commit_to_ack", 1, 3_600_030)
 
 
 def test_an_archive_with_no_events_yet_is_an_empty_report(spark, tmp_path):

@@ -86,28 +86,39 @@ def test_a_regular_job_is_counted_and_one_over_midnight_kept_raw(archive: Path) 
     assert outcomes[("deploy", "b")]["skipped"] == 1 and outcomes[("deploy", "a")]["jobs"] == 1
     assert all(r["day"] == rollup.day_ms(day1) for r in outcomes.values())
     assert ("backup", "a") not in outcomes  # j2 runs over midnight: raw in both days
+    # j8 (patch) is regular: c was late; j9 (patch) waited past midnight: raw in both days
+    assert (outcomes[("patch", "c")]["late"], outcomes[("patch", "c")]["succeeded"]) == (1, 1)
+    assert ("patch", "d") not in outcomes and ("patch", "e") not in outcomes
     for day in (day1, day2):
         kept = [r for r in table(archive, day, "kept") if r["kind"] == "node_state"]
-        assert {r["job_id"] for r in kept} == {"j2"}, day
+        assert {r["job_id"] for r in kept} == {"j2", "j9"}, day
     assert {r["command"]: r["jobs"] for r in table(archive, day1, "commands")} == {
         "uptime": 1,
-        "patch": 1,
+        "patch": 2,
         "deploy": 1,
     }
     samples = {(r["metric"], r["command"], r["node"]): r for r in table(archive, day1, "samples")}
-    # j3: a's vote 29 ms after voting; b's run, its duration
+    # j3: a's vote 29 ms after voting, b's run its duration (j8: 19 and 33), sorted
     assert samples[(rollup.VOTE, "patch", "a")] | {} == {
         "metric": 0,
         "command": "patch",
         "node": "a",
-        "ms": [29],
+        "ms": [19, 29],
     }
-    assert samples[(rollup.RUN, "patch", "b")]["ms"] == [5 * h.MIN - 205]
+    assert samples[(rollup.RUN, "patch", "b")]["ms"] == [33, 5 * h.MIN - 205]
     counted = {
         (r["metric"], r["command"], r["ms"]): r["cnt"]
         for r in table(archive, day1, "command_samples")
     }
     assert counted[(rollup.VOTE, "patch", 29)] == 1
+    # A late node's vote is timed from when it was asked: c 25 ms (not an hour from j8's
+    # voting); j10's a 27 ms (not 30 min), and j10's c unavailable, on day 2
+    assert samples[(rollup.VOTE, "patch", "c")]["ms"] == [25]
+    samples2 = {(r["metric"], r["command"], r["node"]): r for r in table(archive, day2, "samples")}
+    assert samples2[(rollup.VOTE, "patch", "a")]["ms"] == [27]
+    outcomes2 = {(r["command"], r["node"]): r for r in table(archive, day2, "outcomes")}
+    assert (outcomes2[("patch", "a")]["late"], outcomes2[("patch", "a")]["failed"]) == (1, 1)
+    assert outcomes2[("patch", "c")]["unavailable"] == 1
 
 
 def test_a_nodes_samples_are_one_sorted_list_and_counted_over_nodes(tmp_path: Path) -> None:
@@ -380,10 +391,13 @@ def test_a_report_from_rollups_is_the_reference_report(
 
 @pytest.mark.spark
 def test_the_history_has_what_the_rollups_must_get_right(suite_reports: dict[str, Any]) -> None:
-    # Guards the test above: a gap, a job over midnight, a halted job, unusable rows.
+    # Guards the test above: a gap, a job over midnight, a halted job, unusable rows,
+    # late and unavailable nodes (j8 and j10 regular, j9 over midnight).
     rolled = suite_reports["partial at both ends"]
     assert rolled.server_gaps and {r["command"] for r in rolled.by_command} >= {"backup", "deploy"}
     assert next(r for r in rolled.by_command if r["command"] == "deploy")["halted"] == 1
+    patch = next(r for r in rolled.by_command if r["command"] == "patch")
+    assert (patch["late"], patch["unavailable"]) == (3, 2)
 
 
 @pytest.mark.spark

@@ -8,7 +8,11 @@ import pytest
 
 from pushjobs.pipeline import spark_job
 from tests.pipeline import history as h
-from tests.pipeline.test_metrics import is_the_batch_report, same_latency
+from tests.pipeline.test_metrics import (
+    is_the_batch_report,
+    is_the_offline_wait_report,
+    same_latency,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -104,13 +108,26 @@ def test_a_batch_node_runs_from_its_turn_and_skipped_nodes_are_an_outcome(spark)
     is_the_batch_report(report)
 
 
-def test_each_stage_is_told_as_it_starts(spark):
+@pytest.fixture(scope="module")
+def offline_wait(spark):
+    """The offline-wait history's report, and the stages it told (one report for both)."""
+    heard: list[str] = []
+    df = frame(spark, h.OFFLINE_WAIT)
+    report = spark_job.compute(
+        df, since=h.LATE_SINCE, until=h.LATE_UNTIL, min_samples=1, progress=heard.append
+    )
+    return report, heard
+
+
+def test_a_late_node_acks_from_its_own_commit_and_unavailable_is_no_answer(offline_wait):
+    is_the_offline_wait_report(offline_wait[0])
+
+
+def test_each_stage_is_told_as_it_starts(offline_wait):
     """``pushjobs report`` said nothing for half a minute after "reading ...": the stages
     are told as they start, the first with what was read."""
-    heard: list[str] = []
-    df = frame(spark, h.EVENTS + h.MALFORMED)
-    report = spark_job.compute(df, since=h.SINCE, until=h.UNTIL, progress=heard.append)
+    report, heard = offline_wait
     assert len(heard) == 3, heard
-    assert heard[0].startswith(f"{len(h.EVENTS) + len(h.MALFORMED):,} events read, ")
+    assert heard[0].startswith(f"{len(h.OFFLINE_WAIT):,} events read, ")
     assert f"{report.events:,} in the window" in heard[0]
     assert heard[1:] == ["outcomes by command, node and day", "latency percentiles and stragglers"]
