@@ -20,7 +20,9 @@ moment then SIGCONT, of the server or of one agent. Then it checks the invariant
   whether the agent that started it still lives, the node's row) and whether it is gone
   30 s later, then kills it;
 
-and at the end, every node is back online and a job succeeds on all of them. A violation
+and at the end, every node is back online and a job succeeds on all of them, and, the
+server stopped cleanly, the audit trail it wrote through every kill and pause verifies
+(``pushjobs audit verify``: each chained record against its signed checkpoints). A violation
 names the seed, the round and what broke (replay with the same seed). Used by
 ``tests/e2e/`` (a few rounds) and ``bench/chaos.py`` (minutes to hours).
 
@@ -101,6 +103,7 @@ from typing import Any
 from pushjobs.api.client import ApiClient
 from pushjobs.errors import ApiError, PushJobsError, Unreachable
 from pushjobs.states import TERMINAL_JOB_STATES
+from pushjobs.testbed.childproc import stop_all
 from pushjobs.testbed.sandbox import DEFAULT_WHITELIST, Sandbox
 
 # --- the plan -----------------------------------------------------------------------------
@@ -411,6 +414,27 @@ class Chaos:
             self.report.violations.append(
                 f"seed {self.report.seed} end: a job on all failed ({why})"
             )
+        self._verify_trail()
+
+    def _verify_trail(self) -> None:
+        """The log the run wrote verifies (``pushjobs audit verify``): what the server
+        chained through every kill and pause, against the checkpoints it signed. It stops
+        first (SIGTERM: a clean stop signs a last checkpoint), so all of it is sealed."""
+        from pushjobs.cli.audit_commands import check_log, server_key
+        from pushjobs.log.factory import LogSettings, open_log
+
+        server = self.sandbox.procs.get("server")
+        if server is not None and server.alive():
+            os.kill(server.pid, signal.SIGCONT)  # a paused process ignores SIGTERM
+            stop_all([server], 10.0)
+        handle = open_log(LogSettings(path=self.sandbox.root / "log.db", create=False))
+        try:
+            found = check_log(handle, "pushjobs.", server_key(self.sandbox.keys_dir / "server.pub"))
+        finally:
+            handle.close()
+        if not found.ok:
+            problems = "; ".join(str(p) for p in found.problems[:3])
+            self.report.violations.append(f"seed {self.report.seed} end: audit verify: {problems}")
 
     def _recheck_schedules(self) -> None:
         """At the end of the run: no schedule fired again after its round checked it."""
