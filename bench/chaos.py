@@ -16,8 +16,9 @@ time is up, then the end check (every node back and usable). Prints the machine,
 rounds, the faults injected, the job outcomes and every invariant violation (there must
 be none); exits 1 if there was one. The seed is printed: the same seed replays the same
 schedule of faults (the timing of real processes still varies). On a violation the
-server's and agents' logs and the nodes' run records are kept (``--keep``, a directory
-under the system's temporary one by default) and their place printed.
+server's and agents' logs, the nodes' run records and the ordered log are kept
+(``--keep``, a directory under the system's temporary one by default) and their place
+printed.
 """
 
 from __future__ import annotations
@@ -91,7 +92,12 @@ def main() -> None:
             keep = args.keep or Path(tempfile.gettempdir()) / f"pushjobs-chaos-{seed}"
             for sub in ("logs", "runs"):
                 shutil.copytree(Path(tmp) / "fleet" / sub, keep / sub, dirs_exist_ok=True)
-            print(f"logs and run records kept in {keep}")
+            # The ordered log (the server stopped: it is whole) and the key that checks it:
+            # pushjobs audit verify --log KEEP/log.db --key KEEP/server.pub
+            for name in ("log.db", "log.db-wal", "log.db-shm", "keys/server.pub"):
+                if (Path(tmp) / "fleet" / name).exists():
+                    shutil.copy2(Path(tmp) / "fleet" / name, keep / Path(name).name)
+            print(f"logs, run records and the ordered log kept in {keep}")
     took = time.monotonic() - started
     print(f"\nrounds: {report.rounds} in {took / 60:.1f} min")
     print("faults injected:")
