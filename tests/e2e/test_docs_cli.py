@@ -69,12 +69,22 @@ def test_environment_and_secrets_reach_the_command_and_stay_secret(walk: Walkthr
     offline_wait(walk)
 
 
+def laptop_offline(walk: Walkthrough) -> bool:
+    shown = walk.bash("pushjobs job status $JOB --json")
+    if shown.returncode != 0:
+        return False
+    return bool(json.loads(shown.stdout)["nodes"]["laptop-01"]["state"] == "offline")
+
+
 def offline_wait(walk: Walkthrough) -> None:
     """ "Waiting for offline nodes": a node whose key is accepted but never heard waits,
     visibly, until the job is aborted (on the same fleet: a fleet of its own would cost
     the suite seconds for a few CLI lines)."""
     (found,) = blocks(PAGE, "## Waiting for offline nodes")
     assert found[0] == "sh", "the section's blocks changed"
+    # The reader looks until the laptop shows offline: within a restarted server's first
+    # offline window (its takeover grace) a node not heard yet is still ``new``.
+    walk.waits["pushjobs job status $JOB"] = laptop_offline
     walk.block(*found)
     status = walk.outputs["pushjobs job status $JOB"]
     assert "1 offline" in status and "; offline nodes waited for until" in status, status
