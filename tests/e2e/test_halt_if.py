@@ -153,7 +153,7 @@ def test_a_leader_killed_then_paused_mid_rollout_asks_a_fresh_check_and_runs_eac
     )
     server = fleet.sandbox.procs["server"].popen
     server.send_signal(signal.SIGSTOP)
-    time.sleep(2)  # the pause itself is the fault: the server cannot hear or check
+    time.sleep(2)  # the pause is the fault (noqa: not a wait)
     server.send_signal(signal.SIGCONT)
     (fleet.root / "unhealthy").touch()
     try:
