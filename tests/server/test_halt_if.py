@@ -18,6 +18,7 @@ from server.core.healthgate import ANSWER_GRACE_MS, HaltSpec
 from server.core.job import Job
 from server.core.jobparams import job_params
 from server.shell.serverconfig import HaltSettings
+from tests.server.test_job_batch import runs, states, voted
 
 T0 = 1_700_000_000_000
 NAMES = ["n0", "n1", "n2", "n3"]
@@ -35,24 +36,8 @@ def halt_job(size="1", check="curl -sf http://web/health", alert=None, names=NAM
     )
 
 
-def runs(effects):
-    return [e.node for e in effects if isinstance(e, Send) and e.kind == "run"]
-
-
 def checks(effects):
     return [e for e in effects if isinstance(e, Check)]
-
-
-def voted(job, now=T0 + 1):
-    job.start(job.nodes, T0)
-    out = []
-    for name in job.nodes:
-        out = job.ack_commit(name, now)
-    return out
-
-
-def states(job, state):
-    return [name for name, r in job.nodes.items() if r.state is state]
 
 
 def test_the_first_batch_waits_for_a_passing_check():
