@@ -31,6 +31,18 @@ A link says nothing by itself: anyone can recompute a chain. What makes it evide
 checkpoint (``checkpoint.py``) signed with the server's identity key, naming a stream's
 head; a record altered, removed or moved before that head no longer matches.
 
+Two writers on one topic. A passenger names no stream, so the rule is positional: a
+passenger belongs to the carrier after it, or, with no carrier after it, to the last
+carrier before it. On a topic one stream writes, the two are the same stream. On a topic
+two streams write (a schedules partition: the leader's definitions and their tombstones,
+the owner's fire states and theirs), each writer closes a batch that would end with a
+passenger with a *trailer*: a carrier of its own with an empty object as its value (key
+``_chain/STREAM``, one per stream, which compaction keeps the last of). Each batch being
+appended in one piece, its passengers come right before its own trailer, and a writer
+that reads its head back (``head_from_tail``) never takes another stream's tombstones
+for its own. Readers of those topics skip keys that are not theirs. (A batch cut short
+before its trailer, on Kafka, was never sealed: its writer was told it failed.)
+
 A chain that starts over. A new writer finds its stream's head by reading the topic back
 from its end, and that read is bounded (``server.shell.audittrail``): on a topic written
 for long before the trail existed, or where another stream wrote many records since this
@@ -178,9 +190,19 @@ class Linked:
     entries: list[Entry]
 
 
-def link_batch(by: str, head: Head, batch: Sequence[tuple[str, bytes | None]]) -> Linked:
-    """Chain ``batch`` onto ``head`` of stream ``by``. Nothing changes until the caller,
-    once the batch is durable, keeps ``Linked.head``."""
+def trailer_key(by: str) -> str:
+    """The key of stream ``by``'s trailers: one per stream, so compaction keeps the last."""
+    return f"{FIELD}/{by}"
+
+
+def link_batch(
+    by: str, head: Head, batch: Sequence[tuple[str, bytes | None]], *, shared: bool = False
+) -> Linked:
+    """Chain ``batch`` onto ``head`` of stream ``by``; on a ``shared`` topic, closed by a
+    trailer if it ends with a passenger. Nothing changes until the caller, once the batch
+    is durable, keeps ``Linked.head``."""
+    if shared and batch and not carries(batch[-1][1]):
+        batch = [*batch, (trailer_key(by), b"{}")]
     out: list[tuple[str, bytes | None]] = []
     entries: list[Entry] = []
     seq, link, start = head.seq, head.link, head.start
@@ -211,11 +233,10 @@ class TailRecord:
 
 def head_from_tail(by: str, tail: Sequence[TailRecord], end: int | None = None) -> Head | None:
     """The head of stream ``by`` from the last records of its topic (oldest first, up to
-    ``end``, the topic's end offset): its last carrier, then the passengers after it up to
-    the next carrier of another stream (a writer of this stream wrote them: see
-    ``verifier`` for how they are told apart); objects with no ``_chain`` (written outside
-    any chain) are in no stream. None: no carrier of the stream in ``tail`` (the caller
-    reads further back).
+    ``end``, the topic's end offset): its last carrier, and the passengers after it if no
+    carrier follows them (a passenger belongs to the carrier after it: see "Two writers on
+    one topic" above); objects with no ``_chain`` (written outside any chain) are in no
+    stream. None: no carrier of the stream in ``tail`` (the caller reads further back).
 
     A record missing after that carrier (a gap in the offsets: a compacted topic's cleaner
     removed a record superseded by a later tombstone, or a tombstone past its retention)
@@ -229,9 +250,10 @@ def head_from_tail(by: str, tail: Sequence[TailRecord], end: int | None = None) 
         if end is not None and at is not None and end - at != len(tail) - i:
             return fresh(end)
         seq, head = link.seq, content_hash(tail[i].key, tail[i].value)
-        for rec in tail[i + 1 :]:
-            if read_link(rec.value) is not None:
-                break
+        after = tail[i + 1 :]
+        if any(read_link(rec.value) is not None for rec in after):
+            return Head(seq, head)  # the passengers after it are the later carrier's
+        for rec in after:
             if carries(rec.value):
                 continue  # written outside any chain: in none (``verifier`` skips it too)
             seq += 1

@@ -10,7 +10,8 @@ Each topic is walked once. A record whose value has a ``_chain`` field (``chain.
 carrier of its stream; the tombstones and non-object values in between are passengers,
 which the next carrier of a stream folds in: those among the passengers since its last
 record whose fold its ``prev`` matches (the seq says how many; two streams may
-interleave their tombstones, as a schedule's deletion and its owner's reply do). A
+interleave their tombstones, as a schedule's deletion and its owner's reply do; a
+writer closes such a batch with a trailer, ``chain``, so the latest ones are tried first). A
 carrier must follow the last record of its stream: the next ``seq``, and ``prev`` equal to
 that record's link. Otherwise:
 

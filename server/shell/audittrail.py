@@ -31,13 +31,10 @@ incarnation's own. A checkpoint that cannot be written is noted back and tried a
 Hot path: a chained batch costs one SHA-256 of each record's bytes and a splice of about
 150 bytes in front of its value; no record is decoded or encoded again.
 
-A stream's head read back takes in the passengers (tombstones) after its last record up to
-the next record of any stream, its own and, if another stream's lie there, those too: the
-check accepts any of them. One case it cannot tell: a writer that sealed a tombstone of
-its own as its head and died before writing more, behind another stream's tombstone; its
-successor's chain then names the other tombstone at that seq, and the check reports the
-sealed head as altered. Writing any record after a tombstone (the next turn usually
-does) closes the window.
+Two fence groups write each schedules partition (``Audited.shared``): there a batch that
+would end with a tombstone is closed by a trailer of its stream (``chain``, "Two writers
+on one topic"), so a stream's head read back never takes the other stream's tombstones
+for its own. ``append_batch`` returns the offsets of the caller's records only.
 
 Killed at any line: the chains are in the records themselves and the heads are read back;
 what the ledger held since the last checkpoint is lost, and those records are sealed by
@@ -48,6 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pushjobs.audit import checkpoint
 from pushjobs.audit.chain import EMPTY, Head, TailRecord, fresh, head_from_tail, link_batch
@@ -74,21 +72,31 @@ SCAN_BACK_RECORDS = 1000
 SCAN_BACK_BYTES = 16 * 1024 * 1024
 
 
-def audited(topics: TopicNames) -> Callable[[str], bool | None]:
-    """Whether a topic is audited: None if not, else whether it is compacted."""
+class Audited(NamedTuple):
+    """How a topic is audited: whether it is compacted, and whether two fence groups write
+    it (each batch ending with a passenger is then closed by a trailer: ``chain``)."""
+
+    compacted: bool
+    shared: bool = False
+
+
+def audited(topics: TopicNames) -> Callable[[str], Audited | None]:
+    """How a topic is audited (``Audited``), None if it is not."""
     fixed = {
-        topics.commands: True,
-        topics.assignments: True,
-        topics.events: False,
-        topics.keys: True,
-        topics.schedules: True,
+        topics.commands: Audited(compacted=True),
+        topics.assignments: Audited(compacted=True),
+        topics.events: Audited(compacted=False),
+        topics.keys: Audited(compacted=True),
+        topics.schedules: Audited(compacted=True),
     }
     partitions, count = topics.schedules + ".", count_topic(topics.schedules)
+    # A schedules partition: the leader writes the definitions, the owner the fire states.
+    partition = Audited(compacted=True, shared=True)
 
-    def policy(topic: str) -> bool | None:
+    def policy(topic: str) -> Audited | None:
         if topic in fixed:
             return fixed[topic]
-        return True if topic.startswith(partitions) and topic != count else None
+        return partition if topic.startswith(partitions) and topic != count else None
 
     return policy
 
@@ -96,26 +104,26 @@ def audited(topics: TopicNames) -> Callable[[str], bool | None]:
 class ChainedLog(PassThroughLog):
     """``inner`` with the fenced appends to audited topics chained (``audited``)."""
 
-    def __init__(self, inner: OrderedLog, audited: Callable[[str], bool | None]) -> None:
+    def __init__(self, inner: OrderedLog, audited: Callable[[str], Audited | None]) -> None:
         super().__init__(inner)
         self.audited = audited
         self.ledger = checkpoint.Ledger()
         self._heads: dict[tuple[str, str], tuple[int, Head]] = {}
 
     def append_batch(self, topic: str, records: Batch, *, fence: Fence | None = None) -> list[int]:
-        compacted = self.audited(topic) if fence is not None else None
-        if fence is None or compacted is None or not records:
+        how = self.audited(topic) if fence is not None else None
+        if fence is None or how is None or not records:
             return self.inner.append_batch(topic, records, fence=fence)
         by = fence.group
-        linked = link_batch(by, self._head(topic, fence), records)
+        linked = link_batch(by, self._head(topic, fence), records, shared=how.shared)
         try:
             offsets = self.inner.append_batch(topic, linked.batch, fence=fence)
         except BaseException:
             self._heads.pop((topic, by), None)  # durable or not: read back next time
             raise
         self._heads[topic, by] = (fence.epoch, linked.head)
-        self.ledger.note(topic, by, linked, compacted=compacted)
-        return offsets
+        self.ledger.note(topic, by, linked, compacted=how.compacted)
+        return offsets[: len(records)]  # a trailer's is not the caller's
 
     def _head(self, topic: str, fence: Fence) -> Head:
         known = self._heads.get((topic, fence.group))

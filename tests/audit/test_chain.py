@@ -4,6 +4,7 @@ import pytest
 from pushjobs.audit.chain import (
     EMPTY,
     GENESIS,
+    Head,
     Link,
     TailRecord,
     content_hash,
@@ -12,6 +13,7 @@ from pushjobs.audit.chain import (
     link_batch,
     read_link,
     splice,
+    trailer_key,
 )
 
 
@@ -49,11 +51,41 @@ def test_a_chain_continues_from_a_head():
 
 def test_a_new_writer_finds_the_head_in_the_tail_passengers_included():
     first = link_batch("leader", EMPTY, [("a", b'{"n":1}'), ("b", None)])
-    other = link_batch("owner", EMPTY, [("f", b'{"n":9}')])
-    tail = [TailRecord(k, v) for k, v in first.batch + other.batch]
+    tail = [TailRecord(k, v) for k, v in first.batch]
     assert head_from_tail("leader", tail) == first.head
-    assert head_from_tail("owner", tail) == other.head
     assert head_from_tail("nobody", tail) is None
+
+
+def test_on_a_shared_topic_a_batch_ending_with_a_passenger_is_closed_by_a_trailer():
+    ends = link_batch("leader", EMPTY, [("a", b'{"n":1}'), ("b", None)], shared=True)
+    assert [k for k, _ in ends.batch] == ["a", "b", trailer_key("leader")]
+    assert read_link(ends.batch[-1][1]) == Link(
+        "leader", 2, fold(content_hash("a", ends.batch[0][1]), content_hash("b", None))
+    )
+    assert ends.head.seq == 2
+    closed = link_batch("leader", EMPTY, [("b", None), ("a", b'{"n":1}')], shared=True)
+    assert [k for k, _ in closed.batch] == ["b", "a"]  # already ends with a carrier
+    alone = link_batch("leader", EMPTY, [("b", None)])
+    assert [k for k, _ in alone.batch] == ["b"]  # one writer: no need
+
+
+def test_two_streams_interleaved_each_find_their_own_head():
+    # The leader deletes a definition, the owner its fire state: tombstones in turn. Each
+    # batch closed by its trailer, each writer's tombstone is before its own carrier.
+    lead = link_batch("leader", EMPTY, [("schedule:x", b'{"n":1}')], shared=True)
+    own = link_batch("owner", EMPTY, [("fire:x", b'{"n":9}')], shared=True)
+    lead2 = link_batch("leader", lead.head, [("schedule:x", None)], shared=True)
+    own2 = link_batch("owner", own.head, [("fire:x", None)], shared=True)
+    tail = [TailRecord(k, v) for k, v in lead.batch + own.batch + lead2.batch + own2.batch]
+    assert head_from_tail("leader", tail) == lead2.head
+    assert head_from_tail("owner", tail) == own2.head
+    # A passenger with no carrier after it is the last carrier's (one writer, or a batch
+    # cut short before its trailer, which its writer never sealed).
+    cut = [*tail, TailRecord("fire:y", None)]
+    assert head_from_tail("owner", cut) == Head(
+        own2.head.seq + 1, fold(own2.head.link, content_hash("fire:y", None))
+    )
+    assert head_from_tail("leader", cut) == lead2.head
 
 
 @pytest.mark.parametrize(

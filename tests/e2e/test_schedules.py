@@ -11,15 +11,20 @@ import os
 import random
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from pushjobs.cli.app import app
+from pushjobs.cli.audit_commands import check_log, server_key
 from pushjobs.cli.exitcodes import Exit
+from pushjobs.log.base import Record
+from pushjobs.log.factory import LogSettings, open_log
+from pushjobs.testbed.childproc import stop_all
 from server.core.schedule import fire_job_id
-from tests.e2e.conftest import TERMINAL, Fleet
+from tests.e2e.conftest import TERMINAL, Fleet, make_fleet
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -136,3 +141,72 @@ def test_the_schedule_commands(shared_fleet: Fleet) -> None:
     assert code == Exit.NOT_FOUND and "no schedule" in err
     code, _, err = cli(shared_fleet, "schedule", "add", "stamp", "node-1", "--cron", "61 * * * *")
     assert code == Exit.USAGE and "cron" in err
+
+
+def _partition_records(fleet: Fleet) -> list[Record]:
+    handle = open_log(LogSettings(path=fleet.sandbox.root / "log.db", create=False))
+    try:
+        topics = [t.name for t in handle.topics() if t.name.startswith("pushjobs.schedules.")]
+        return [r for t in topics for r in handle.read(t, 0, 10_000)]
+    finally:
+        handle.close()
+
+
+def _verify_trail(fleet: Fleet) -> list[str]:
+    """The server stopped (SIGTERM: a clean stop signs a last checkpoint), its log checked
+    as ``pushjobs audit verify`` does; the problems found."""
+    stop_all([fleet.sandbox.procs["server"]], 10.0)
+    handle = open_log(LogSettings(path=fleet.sandbox.root / "log.db", create=False))
+    try:
+        key = server_key(fleet.sandbox.keys_dir / "server.pub")
+        return [str(p) for p in check_log(handle, "pushjobs.", key).problems]
+    finally:
+        handle.close()
+
+
+@pytest.fixture
+def one_partition(tmp_path: Path) -> Iterator[Fleet]:
+    """A fleet whose schedules all go to one partition, so each write lands beside the last."""
+    fleet = make_fleet(tmp_path, server_extra={"server": {"schedule_partitions": 1}})
+    try:
+        fleet.wait_online()
+        yield fleet
+    finally:
+        fleet.close()
+
+
+def test_a_deleted_schedules_two_tombstones_stay_in_their_writers_chains(
+    one_partition: Fleet,
+) -> None:
+    # Found by the long chaos run. A schedule deleted: the leader's tombstone of its
+    # definition, then the partition owner's of its fire state, neither with room for a
+    # ``_chain`` field. A server restarted after them reads both writers' chain heads back
+    # from the log; each must find its own tombstone, or its chain goes on from a head the
+    # last checkpoint did not seal and ``audit verify`` reports the log altered.
+    fleet = one_partition
+    code, out, err = cli(fleet, "schedule", "add", "stamp", "node-1", "--in", "1s", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["schedule_id"]
+    wait_until(
+        lambda: any(r.key == f"fire:{sid}" and r.value for r in _partition_records(fleet)),
+        20.0,
+        0.1,
+    )
+    assert cli(fleet, "schedule", "delete", sid)[0] == 0
+    wait_until(
+        lambda: any(r.key == f"fire:{sid}" and r.value is None for r in _partition_records(fleet)),
+        20.0,
+        0.1,
+    )
+    stop_all([fleet.sandbox.procs["server"]], 10.0)
+    fleet.reconnect()
+    fleet.sandbox.start_server()
+    code, out, err = cli(fleet, "schedule", "add", "stamp", "node-1", "--in", "1s", "--json")
+    assert code == 0, err
+    again = json.loads(out)["schedule_id"]
+    wait_until(
+        lambda: any(r.key == f"fire:{again}" and r.value for r in _partition_records(fleet)),
+        20.0,
+        0.1,
+    )
+    assert _verify_trail(fleet) == []

@@ -13,10 +13,11 @@ from pushjobs.audit.chain import EMPTY, GENESIS, Head, Link, link_batch, read_li
 from pushjobs.audit.verifier import ALTERED, ChainStart, Report, TopicRecords, verify
 from pushjobs.clock import FakeClock
 from pushjobs.errors import BackendUnavailable, FencedError
-from pushjobs.log.base import Batch, Fence, OrderedLog, Record, record_bytes
+from pushjobs.log.base import Batch, Fence, OrderedLog, Record, TopicPolicy, record_bytes
 from pushjobs.log.memory import MemoryLog
 from pushjobs.log.passthrough import PassThroughLog
 from pushjobs.log.topics import create_standard_topics, names
+from server.core.schedshards import partition_topics
 from server.shell.audittrail import SCAN_BACK_RECORDS, ChainedLog, Checkpoints, audited, read_head
 from tests.audit.trail import keypair
 
@@ -55,7 +56,7 @@ class Server:
 def check(log: MemoryLog) -> Report:
     policy = audited(TOPICS)
     topics = [
-        TopicRecords(t, bool(policy(t)), log.read(t, 0, 10_000))
+        TopicRecords(t, (how := policy(t)) is not None and how.compacted, log.read(t, 0, 10_000))
         for t in (TOPICS.commands, TOPICS.assignments, TOPICS.events, TOPICS.keys)
     ]
     return verify(
@@ -276,3 +277,69 @@ def test_a_read_back_over_gaps_reads_no_record_twice(store):
     theirs = link_batch("owner", EMPTY, [(f"fire:{i}", b'{"v":1}') for i in range(8)])
     store.append_batch(topic, theirs.batch)
     assert read_head(store, topic, "pushjobs.leader") == mine.head
+
+
+class Writer:
+    """One fence group writing a schedules partition through its own chained log: the
+    leader (definitions) or the partition's owner (fires)."""
+
+    def __init__(self, store: MemoryLog, group: str, name: str) -> None:
+        incarnation = f"{name}-{group.partition('/')[0]}"  # one per process in a real server
+        self.log = ChainedLog(MemoryLog(store=store.store), audited(TOPICS))
+        self.group = group
+        self.member = self.log.member(group, PARTITION, name, session_timeout_s=5)
+        self.checkpoints = Checkpoints(
+            self.log,
+            TOPICS.audit,
+            self.log.ledger,
+            SIGNER,
+            server="server",
+            incarnation=incarnation,
+            every_s=60,
+            clock=FakeClock(),
+        )
+
+    def write(self, *records: tuple[str, bytes | None]) -> None:
+        epoch = self.member.poll()
+        assert epoch is not None
+        self.log.append_batch(PARTITION, list(records), fence=Fence(self.group, epoch))
+
+
+PARTITION = partition_topics(TOPICS.schedules, 2)[1]
+LEADER, OWNER = "pushjobs.leader", f"pushjobs.schedulers/{PARTITION}"
+
+
+def test_two_writers_tombstones_interleaved_on_a_schedules_partition_stay_each_their_own(store):
+    # Found by the long chaos run: a schedule deleted by the leader, then its fire state
+    # by the partition's owner, each a tombstone (no room for a ``_chain`` field). The
+    # successors of both read their heads back from the log: each must find its own
+    # tombstone, or its chain diverges from what its predecessor's checkpoint sealed.
+    store.create_topic(PARTITION, TopicPolicy(compacted=True))
+    leader, owner = Writer(store, LEADER, "a"), Writer(store, OWNER, "a")
+    leader.write(("schedule:x", b'{"schedule":{"every":"1m"},"from_ms":0}'))
+    owner.write(("fire:x", b'{"consumed_ms":60000,"last_job":"j1"}'))
+    leader.write(("schedule:x", None))
+    owner.write(("fire:x", None))
+    leader.checkpoints.write()
+    owner.checkpoints.write()
+    leader.member.close()
+    owner.member.close()
+    leader, owner = Writer(store, LEADER, "b"), Writer(store, OWNER, "b")
+    leader.write(("schedule:y", b'{"schedule":{"every":"1m"},"from_ms":0}'))
+    owner.write(("fire:y", b'{"consumed_ms":60000,"last_job":"j2"}'))
+    leader.checkpoints.write()
+    owner.checkpoints.write()
+    heads = {
+        link.by: link.seq
+        for r in store.read(PARTITION)
+        if r.key.endswith(":y") and (link := read_link(r.value)) is not None
+    }
+    # Each after its own record, tombstone and the trailer that closed the tombstone's batch.
+    assert heads == {LEADER: 3, OWNER: 3}
+    report = verify(
+        [TopicRecords(PARTITION, True, store.read(PARTITION))],
+        TopicRecords(TOPICS.audit, False, store.read(TOPICS.audit)),
+        VERIFIER,
+    )
+    assert report.ok, report.problems
+    assert report.topics[PARTITION].sealed == report.topics[PARTITION].records
