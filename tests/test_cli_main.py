@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from pushjobs import __version__
+from pushjobs.cli.app import app
 from pushjobs.cli.exitcodes import for_error
 from pushjobs.errors import MissingKeyFile
 
@@ -107,3 +112,34 @@ def test_simulate_refuses_an_api_that_names_no_endpoint(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert "give at least one endpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        found.append((*path, name))
+        if hasattr(command, "commands"):  # a group (click's, which typer may vendor)
+            found += _commands(command, (*path, name))
+    return found
+
+
+def test_every_bracketed_config_table_in_a_help_text_is_shown():
+    # Rich markup takes ``[log]`` for a style and drops it from ``--help`` unless escaped
+    # (``\\[log]``): audit verify's ``--prefix`` said "the server's  when" that way.
+    root: Any = typer.main.get_command(app)
+    for path in _commands(root):
+        command = root
+        for name in path:
+            command = command.commands[name]
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        # Each ``[table]`` with the words around it, as the help should read.
+        pattern = r"\S+ \\?\[[a-z_]+\] \S+"
+        wanted = {
+            " ".join(m.replace("\\[", "[").split()) for t in texts for m in re.findall(pattern, t)
+        }
+        if not wanted:
+            continue
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"}).stdout
+        flat = " ".join(shown.replace("│", " ").split())
+        for words in wanted:
+            assert words in flat, f"pushjobs {' '.join(path)} --help drops {words!r}"

@@ -37,8 +37,9 @@ carrier before it. On a topic one stream writes, the two are the same stream. On
 two streams write (a schedules partition: the leader's definitions and their tombstones,
 the owner's fire states and theirs), each writer closes a batch that would end with a
 passenger with a *trailer*: a carrier of its own with an empty object as its value (key
-``_chain/STREAM``, one per stream, which compaction keeps the last of). Each batch being
-appended in one piece, its passengers come right before its own trailer, and a writer
+``_chain/STREAM``, one per stream, which compaction keeps the last of). A batch is
+appended in one piece (a SQLite transaction; on Kafka, the one record batch its producer
+sends for a small batch), so its passengers come right before its own trailer, and a writer
 that reads its head back (``head_from_tail``) never takes another stream's tombstones
 for its own. Readers of those topics skip keys that are not theirs. (A batch cut short
 before its trailer, on Kafka, was never sealed: its writer was told it failed.)

@@ -60,7 +60,7 @@ PrefixOpt = Annotated[
     typer.Option(
         "--prefix",
         help="The installation's topic prefix (default: the topic_prefix of the server's "
-        "[log] when its config names the log, else pushjobs.).",
+        "\\[log] when its config names the log, else pushjobs.).",
         show_default=False,
     ),
 ]
