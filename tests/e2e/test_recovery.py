@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import Fleet, make_fleet
 from tests.support import wait_until
 
 
@@ -90,7 +90,19 @@ def test_server_killed_while_voting_resends_the_commit(fleet: Fleet) -> None:
         assert (fleet.root / f"count-{name}").read_text() == "x\n"
 
 
-def test_agent_restarted_mid_run_on_its_own_port_is_crashed_as_restarted(fleet: Fleet) -> None:
+def test_agent_restarted_mid_run_on_its_own_port_is_crashed_as_restarted(tmp_path: Path) -> None:
+    # Back before the server counts it offline: an offline window of 5 s (25 missed
+    # heartbeats of 0.2 s) rather than the sandbox's 0.6 s, which an agent's own start
+    # misses on a loaded machine (then it is crashed as offline, not as restarted).
+    fleet = make_fleet(tmp_path, offline_threshold=25)
+    try:
+        fleet.wait_online()
+        _restarted_on_its_own_port(fleet)
+    finally:
+        fleet.close()
+
+
+def _restarted_on_its_own_port(fleet: Fleet) -> None:
     endpoint = fleet.sandbox.pin_agent_port("node-1")
     before = fleet.node("node-1")["incarnation"]
     fleet.sandbox.kill("node-1", signal.SIGTERM)

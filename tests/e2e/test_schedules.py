@@ -152,6 +152,18 @@ def _partition_records(fleet: Fleet) -> list[Record]:
         handle.close()
 
 
+def _wait_for_fire_record(fleet: Fleet, sid: str, *, written: bool) -> None:
+    """Until the log holds a fire record of ``sid`` (``written``) or its tombstone."""
+    wait_until(
+        lambda: any(
+            r.key == f"fire:{sid}" and (r.value is not None) == written
+            for r in _partition_records(fleet)
+        ),
+        20.0,
+        0.1,
+    )
+
+
 def _verify_trail(fleet: Fleet) -> list[str]:
     """The server stopped (SIGTERM: a clean stop signs a last checkpoint), its log checked
     as ``pushjobs audit verify`` does; the problems found."""
@@ -187,26 +199,13 @@ def test_a_deleted_schedules_two_tombstones_stay_in_their_writers_chains(
     code, out, err = cli(fleet, "schedule", "add", "stamp", "node-1", "--in", "1s", "--json")
     assert code == 0, err
     sid = json.loads(out)["schedule_id"]
-    wait_until(
-        lambda: any(r.key == f"fire:{sid}" and r.value for r in _partition_records(fleet)),
-        20.0,
-        0.1,
-    )
+    _wait_for_fire_record(fleet, sid, written=True)
     assert cli(fleet, "schedule", "delete", sid)[0] == 0
-    wait_until(
-        lambda: any(r.key == f"fire:{sid}" and r.value is None for r in _partition_records(fleet)),
-        20.0,
-        0.1,
-    )
+    _wait_for_fire_record(fleet, sid, written=False)  # the owner's tombstone
     stop_all([fleet.sandbox.procs["server"]], 10.0)
     fleet.reconnect()
     fleet.sandbox.start_server()
     code, out, err = cli(fleet, "schedule", "add", "stamp", "node-1", "--in", "1s", "--json")
     assert code == 0, err
-    again = json.loads(out)["schedule_id"]
-    wait_until(
-        lambda: any(r.key == f"fire:{again}" and r.value for r in _partition_records(fleet)),
-        20.0,
-        0.1,
-    )
+    _wait_for_fire_record(fleet, json.loads(out)["schedule_id"], written=True)
     assert _verify_trail(fleet) == []

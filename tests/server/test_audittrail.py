@@ -29,6 +29,20 @@ def event(n: int) -> tuple[str, bytes]:
     return f"job:{n}", orjson.dumps({"kind": "job_state", "n": n})
 
 
+def checkpoints(log: ChainedLog, incarnation: str) -> Checkpoints:
+    """A server incarnation's checkpoints of what ``log`` chained, written when asked."""
+    return Checkpoints(
+        log,
+        TOPICS.audit,
+        log.ledger,
+        SIGNER,
+        server="server",
+        incarnation=incarnation,
+        every_s=60,
+        clock=FakeClock(),
+    )
+
+
 class Server:
     """What a server holds of the trail: its chained log and its checkpoints."""
 
@@ -36,16 +50,7 @@ class Server:
         inner = log if log is not None else MemoryLog(store=store.store)
         self.log = ChainedLog(inner, audited(TOPICS))
         self.member = self.log.member("pushjobs.leader", TOPICS.commands, name, session_timeout_s=5)
-        self.checkpoints = Checkpoints(
-            self.log,
-            TOPICS.audit,
-            self.log.ledger,
-            SIGNER,
-            server="server",
-            incarnation=name,
-            every_s=60,
-            clock=FakeClock(),
-        )
+        self.checkpoints = checkpoints(self.log, name)
 
     def fence(self) -> Fence:
         epoch = self.member.poll()
@@ -288,16 +293,7 @@ class Writer:
         self.log = ChainedLog(MemoryLog(store=store.store), audited(TOPICS))
         self.group = group
         self.member = self.log.member(group, PARTITION, name, session_timeout_s=5)
-        self.checkpoints = Checkpoints(
-            self.log,
-            TOPICS.audit,
-            self.log.ledger,
-            SIGNER,
-            server="server",
-            incarnation=incarnation,
-            every_s=60,
-            clock=FakeClock(),
-        )
+        self.checkpoints = checkpoints(self.log, incarnation)
 
     def write(self, *records: tuple[str, bytes | None]) -> None:
         epoch = self.member.poll()
