@@ -34,7 +34,9 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="more pytest options, after --")
     args = parser.parse_args()
     print(describe())
-    command = [sys.executable, "-m", "pytest", "-m", "drill", "--durations=0", *args.pytest_args]
+    # One at a time (``-n 0``): a drill's faults are timed against its own processes.
+    command = [sys.executable, "-m", "pytest", "-m", "drill", "-n", "0", "--durations=0"]
+    command += args.pytest_args
     for run in range(1, args.repeat + 1):
         started = time.monotonic()
         done = subprocess.run(command, cwd=ROOT, check=False)
