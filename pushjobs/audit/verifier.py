@@ -10,10 +10,11 @@ Each topic is walked once. A record whose value has a ``_chain`` field (``chain.
 carrier of its stream; the tombstones and non-object values in between are passengers,
 which the next carrier of a stream folds in: those among the passengers since its last
 record whose fold its ``prev`` matches (the seq says how many; two streams may
-interleave their tombstones, as a schedule's deletion and its owner's reply do; a
-writer closes such a batch with a trailer, ``chain``, so the latest ones are tried first). A
-carrier must follow the last record of its stream: the next ``seq``, and ``prev`` equal to
-that record's link. Otherwise:
+interleave their tombstones, as a schedule's deletion and its owner's reply do; there a
+writer closes such a batch with a trailer of its own, ``chain``, so a stream's passengers
+are the ones right before its next record, which are tried first). A carrier must
+follow the last record of its stream: the next ``seq``, and ``prev`` equal to that
+record's link. Otherwise:
 
 - ``reordered``: its seq is not after the stream's last one, or the seqs skipped before
   it come later in the topic (records moved, or two swapped);
