@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from pushjobs.cli.audit_commands import check_log, server_key
 from pushjobs.cli.exitcodes import Exit
 from pushjobs.log.base import Record
 from pushjobs.log.factory import LogSettings, open_log
+from pushjobs.log.topics import DEFAULT_PREFIX, names
 from pushjobs.testbed.childproc import stop_all
 from server.core.schedule import fire_job_id
 from tests.e2e.conftest import TERMINAL, Fleet, make_fleet
+from tests.kafka_broker import broker_or_skip, server_log
 from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -143,10 +146,24 @@ def test_the_schedule_commands(shared_fleet: Fleet) -> None:
     assert code == Exit.USAGE and "cron" in err
 
 
+def _log_of(fleet: Fleet) -> tuple[LogSettings, str]:
+    """The server's log as its config names it (SQLite, or the real Kafka broker), and its
+    topic prefix."""
+    table = tomllib.loads(fleet.sandbox.server_config_path.read_text())["log"]
+    prefix = str(table.get("topic_prefix", DEFAULT_PREFIX))
+    if table["backend"] == "kafka":
+        return LogSettings(
+            "kafka", bootstrap_servers=table["bootstrap_servers"], topic_prefix=prefix
+        ), prefix
+    return LogSettings(path=Path(table["path"]), create=False), prefix
+
+
 def _partition_records(fleet: Fleet) -> list[Record]:
-    handle = open_log(LogSettings(path=fleet.sandbox.root / "log.db", create=False))
+    settings, prefix = _log_of(fleet)
+    handle = open_log(settings)
     try:
-        topics = [t.name for t in handle.topics() if t.name.startswith("pushjobs.schedules.")]
+        partitions = names(prefix).schedules + "."
+        topics = [t.name for t in handle.topics() if t.name.startswith(partitions)]
         return [r for t in topics for r in handle.read(t, 0, 10_000)]
     finally:
         handle.close()
@@ -168,18 +185,24 @@ def _verify_trail(fleet: Fleet) -> list[str]:
     """The server stopped (SIGTERM: a clean stop signs a last checkpoint), its log checked
     as ``pushjobs audit verify`` does; the problems found."""
     stop_all([fleet.sandbox.procs["server"]], 10.0)
-    handle = open_log(LogSettings(path=fleet.sandbox.root / "log.db", create=False))
+    settings, prefix = _log_of(fleet)
+    handle = open_log(settings)
     try:
         key = server_key(fleet.sandbox.keys_dir / "server.pub")
-        return [str(p) for p in check_log(handle, "pushjobs.", key).problems]
+        late = settings.backend == "kafka"
+        return [str(p) for p in check_log(handle, prefix, key, late_writes=late).problems]
     finally:
         handle.close()
 
 
-@pytest.fixture
-def one_partition(tmp_path: Path) -> Iterator[Fleet]:
-    """A fleet whose schedules all go to one partition, so each write lands beside the last."""
-    fleet = make_fleet(tmp_path, server_extra={"server": {"schedule_partitions": 1}})
+@pytest.fixture(params=["sqlite", pytest.param("kafka", marks=pytest.mark.kafka)])
+def one_partition(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
+    """A fleet whose schedules all go to one partition, so each write lands beside the
+    last: on SQLite, and on the session's real Kafka broker."""
+    extra: dict[str, dict[str, object]] = {"server": {"schedule_partitions": 1}}
+    if request.param == "kafka":
+        extra["log"] = server_log(broker_or_skip())
+    fleet = make_fleet(tmp_path, server_extra=extra)
     try:
         fleet.wait_online()
         yield fleet
