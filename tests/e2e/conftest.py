@@ -6,6 +6,7 @@ starts is stopped by PID when the test ends, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -169,23 +170,26 @@ def make_fleet(tmp_path: Path, **options: Any) -> Fleet:
     return fleet
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    """A server and three accepted agents, all online."""
-    fleet = make_fleet(tmp_path)
+@contextlib.contextmanager
+def online_fleet(tmp_path: Path, **options: Any) -> Iterator[Fleet]:
+    """``make_fleet(tmp_path, **options)`` with every node online; stopped on the way out."""
+    fleet = make_fleet(tmp_path, **options)
     try:
         fleet.wait_online()
         yield fleet
     finally:
         fleet.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """A server and three accepted agents, all online."""
+    with online_fleet(tmp_path) as fleet:
+        yield fleet
 
 
 @pytest.fixture(scope="module")
 def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """One fleet for the tests that leave it as they found it."""
-    fleet = make_fleet(tmp_path_factory.mktemp("shared"))
-    try:
-        fleet.wait_online()
+    with online_fleet(tmp_path_factory.mktemp("shared")) as fleet:
         yield fleet
-    finally:
-        fleet.close()

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import Fleet, online_fleet
 from tests.support import wait_until
 
 
@@ -45,17 +45,13 @@ def test_a_vote_lost_with_a_killed_server_is_asked_again_and_the_job_completes(
     # A liveness window long enough that no pause below makes anyone look offline, and a
     # lease long enough that the restarted server sees every node back before it leads
     # (as with the default 5 s session: the nodes' reappearance asks them nothing).
-    fleet = make_fleet(
+    with online_fleet(
         tmp_path,
         interval_s=0.5,
         offline_threshold=20,
         server_extra={"server": {"leader_session_s": 6.0}},
-    )
-    try:
-        fleet.wait_online()
+    ) as fleet:
         vote_lost_with_the_server(fleet)
-    finally:
-        fleet.close()
 
 
 def vote_lost_with_the_server(fleet: Fleet) -> None:

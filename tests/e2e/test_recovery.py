@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.e2e.conftest import Fleet, make_fleet
+from tests.e2e.conftest import Fleet, online_fleet
 from tests.support import wait_until
 
 
@@ -94,12 +94,8 @@ def test_agent_restarted_mid_run_on_its_own_port_is_crashed_as_restarted(tmp_pat
     # Back before the server counts it offline: an offline window of 5 s (25 missed
     # heartbeats of 0.2 s) rather than the sandbox's 0.6 s, which an agent's own start
     # misses on a loaded machine (then it is crashed as offline, not as restarted).
-    fleet = make_fleet(tmp_path, offline_threshold=25)
-    try:
-        fleet.wait_online()
+    with online_fleet(tmp_path, offline_threshold=25) as fleet:
         _restarted_on_its_own_port(fleet)
-    finally:
-        fleet.close()
 
 
 def _restarted_on_its_own_port(fleet: Fleet) -> None:

@@ -26,7 +26,7 @@ from pushjobs.log.factory import LogSettings, open_log
 from pushjobs.log.topics import DEFAULT_PREFIX, names
 from pushjobs.testbed.childproc import stop_all
 from server.core.schedule import fire_job_id
-from tests.e2e.conftest import TERMINAL, Fleet, make_fleet
+from tests.e2e.conftest import TERMINAL, Fleet, online_fleet
 from tests.kafka_broker import broker_or_skip, server_log
 from tests.support import wait_until
 
@@ -202,12 +202,8 @@ def one_partition(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fl
     extra: dict[str, dict[str, object]] = {"server": {"schedule_partitions": 1}}
     if request.param == "kafka":
         extra["log"] = server_log(broker_or_skip())
-    fleet = make_fleet(tmp_path, server_extra=extra)
-    try:
-        fleet.wait_online()
+    with online_fleet(tmp_path, server_extra=extra) as fleet:
         yield fleet
-    finally:
-        fleet.close()
 
 
 def test_a_deleted_schedules_two_tombstones_stay_in_their_writers_chains(
